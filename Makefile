@@ -1,0 +1,46 @@
+# The two commands a new user needs: `make qualify` and `make test`.
+# Both create (or reuse) the virtual environment themselves.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+PROFILE ?= fixture
+CHECKPOINT ?= fixtures/dflash2-tiny/mxfp8
+SOURCE ?= fixtures/dflash2-tiny/source
+REPORTS ?= reports
+LEVELS ?=
+
+.PHONY: qualify test test-fast lint fixtures venv clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch (pip takes it from local wheels where the machine has them).
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[test]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+qualify: $(STAMP)
+	$(VENV)/bin/qualify check $(CHECKPOINT) --source $(SOURCE) --profile $(PROFILE) --report-dir $(REPORTS) \
+		$(if $(LEVELS),--levels $(LEVELS))
+
+test: $(STAMP)
+	$(PY) -m pytest tests -q
+
+# The unit tests alone (no slow cases): well under two minutes.
+test-fast: $(STAMP)
+	$(PY) -m pytest tests -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check qualify suites tests fixtures conftest.py
+
+fixtures: $(STAMP)
+	$(PY) -m fixtures.generate --variant tiny --out fixtures/dflash2-tiny
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,32 @@
+"""Root conftest: the qualification suites' options, and the plugin that turns them into a report.
+
+``qualify check`` runs ``suites/`` in-process with its own plugin. Running
+``pytest suites --checkpoint DIR [--source DIR] [--profile P] [--report-dir D]`` by hand
+goes through the same plugin and writes the same report.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from qualify.suite_plugin import add_options, find_plugin, record  # noqa: F401  (record is a fixture)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    checkpoint = config.getoption("--checkpoint")
+    if checkpoint is None or find_plugin(config) is not None:
+        return
+    from qualify.profile import load_profile
+    from qualify.runner import finish_run, make_run_dir, new_run, parse_levels
+    from qualify.suite_plugin import QualifyPlugin
+
+    profile = load_profile(config.getoption("--profile") or "fixture")
+    levels = parse_levels(config.getoption("--levels"), profile)
+    run = new_run(profile, checkpoint, config.getoption("--source"), levels, command=["pytest", *config.args])
+    report_root = config.getoption("--report-dir")
+    run_dir = make_run_dir(report_root, run.run_id) if report_root else None
+    config.pluginmanager.register(QualifyPlugin(run, on_finish=lambda r: finish_run(r, run_dir)))

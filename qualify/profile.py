@@ -1,0 +1,308 @@
+"""Qualification profiles: the conditions under which a checkpoint is qualified.
+
+A profile is a versioned TOML file (``qualify/profiles/<name>.toml``) validated against
+``schemas/profile.schema.json``. It encodes what a model card's "Validation status"
+states -- target, runtime image, hardware, parallelism, backends, proposal length, CUDA
+graph mode -- plus the serving command's environment and the evidence the runtime must
+show. A report records the profile's name and sha256 so a verdict is tied to the exact
+conditions it was reached under.
+
+Loading is strict on purpose: every table in the schema is closed, so a misspelt key
+is an error instead of a silently ignored condition, and values that must agree with
+each other (``TP`` in the env and ``tensor_parallel_size``, say) are cross-checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ProfileError, UsageError
+from .schemas import schema_errors
+
+PROFILE_FORMAT_VERSION = 1
+
+_REVISION = re.compile(r"[0-9a-f]{40}")
+# The capture group a weight-size evidence pattern must have for expected_gb to be compared.
+_GB_GROUP = "gb"
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """The quantized format a checkpoint must have, as the format checks consume it."""
+
+    element_dtype: str  # safetensors dtype of quantized weights, "F8_E4M3"
+    scale_dtype: str  # safetensors dtype of block scales, "U8"
+    block_size: int  # values per scale, along the input dimension
+    scale_layout: str  # "row-major-unswizzled"
+    scale_recipe: str | None  # how a block's exponent is chosen; None when the profile does not say
+    excluded_modules: tuple[str, ...]  # modules left unquantized, e.g. ("lm_head",)
+    kv_cache_quant_algo: str | None  # expected value in the quantization config; None = null/absent
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A loaded, validated profile. ``data`` is the TOML as parsed; treat it as read-only."""
+
+    name: str
+    path: Path
+    sha256: str
+    data: dict[str, Any]
+    format: FormatSpec
+    required_levels: tuple[str, ...]
+    tensor_parallel_size: int
+    statistics_rtol: float
+    statistics_atol: float
+
+    @property
+    def source_repo(self) -> str | None:
+        return (self.data.get("source") or {}).get("repo") or None
+
+    @property
+    def source_revision(self) -> str | None:
+        """The immutable source commit the profile qualifies against; None when it pins none."""
+        return (self.data.get("source") or {}).get("revision") or None
+
+    def conditions(self) -> dict[str, Any]:
+        """The qualified conditions, in the model card's vocabulary, for the report.
+
+        JSON-ready (plain dicts, lists, strings, numbers, None). Keys the profile does
+        not state are None rather than missing, so a report always shows the same shape.
+        """
+        d = self.data
+        target = d.get("target")
+        runtime = d["runtime"]
+        hardware = d["hardware"]
+        dflash = d.get("dflash")
+        return {
+            "target": {"repo": target["repo"], "revision": target["revision"] or None} if target else None,
+            "runtime": {"image": runtime["image"], "digest": runtime["image_digest"] or None},
+            "hardware": {"count": hardware["gpu_count"], "name": hardware.get("gpu_name")},
+            "parallelism": {
+                "tensor_parallel_size": d["parallelism"]["tensor_parallel_size"],
+                "decode_context_parallel_size": d["parallelism"]["decode_context_parallel_size"],
+            },
+            "backends": dict(d.get("backends", {})),
+            "proposal_length": dflash["proposal_length"] if dflash else None,
+            "draft_kv_cache": _kv_cache_words(dflash) if dflash else None,
+            # The mode the load and smoke levels run under, and the one the published
+            # serving command uses; they differ for the seed, and a reader must see both.
+            "cuda_graph_mode": self.launch_env().get("CUDAGRAPH_MODE"),
+            "serving_cuda_graph_mode": runtime["env"].get("CUDAGRAPH_MODE"),
+            "not_qualified": list(d["levels"].get("not_qualified", [])),
+        }
+
+    def launch_env(self, *, draft_revision: str | None = None) -> dict[str, str]:
+        """The serving environment with the qualification overrides applied.
+
+        ``draft_revision`` pins ``DFLASH_MODEL_REVISION`` to the release candidate's
+        commit: the published command leaves it empty, which makes the launcher resolve
+        the main branch, and a qualification must not test whatever main is today.
+        Without it, a revision pinned in ``[checkpoint]`` is used when there is one.
+        """
+        runtime = self.data["runtime"]
+        env = dict(runtime["env"])
+        env.update(runtime.get("qualification_overrides", {}))
+        pinned = self.data["checkpoint"]["revision"]
+        if draft_revision is not None:
+            if not _REVISION.fullmatch(draft_revision):
+                raise UsageError(
+                    f"draft revision {draft_revision!r} is not an immutable commit (40 lowercase hex)"
+                )
+            if pinned and draft_revision != pinned:
+                raise UsageError(
+                    f"draft revision {draft_revision} contradicts profile {self.name}'s "
+                    f"$.checkpoint.revision {pinned}"
+                )
+            env["DFLASH_MODEL_REVISION"] = draft_revision
+        elif pinned and not env.get("DFLASH_MODEL_REVISION"):
+            env["DFLASH_MODEL_REVISION"] = pinned
+        return env
+
+
+def list_profiles() -> list[str]:
+    """The names of the profiles shipped with the package, sorted."""
+    return sorted(
+        entry.name.removesuffix(".toml")
+        for entry in _profiles_dir().iterdir()
+        if entry.is_file() and entry.name.endswith(".toml")
+    )
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """Load a shipped profile by name, or any profile by path to its ``.toml`` file."""
+    if isinstance(name_or_path, Path) or _looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ProfileError(f"profile {path}: no such file") from None
+        except OSError as exc:
+            raise ProfileError(f"profile {path}: cannot read: {exc.strerror or exc}") from exc
+        return _parse(raw, path, shipped_name=None)
+
+    name = name_or_path
+    shipped = list_profiles()
+    if name not in shipped:
+        raise ProfileError(
+            f"unknown profile {name!r}; shipped profiles: {', '.join(shipped) or '(none)'}",
+            hint="or pass a path to a .toml file",
+        )
+    entry = _profiles_dir().joinpath(f"{name}.toml")
+    return _parse(entry.read_bytes(), _as_path(entry), shipped_name=name)
+
+
+# -- internals -------------------------------------------------------------------------
+
+
+def _profiles_dir() -> Traversable:
+    # ``qualify.profiles`` holds only data files (no __init__), so it is reached from
+    # the ``qualify`` package rather than imported as a package of its own.
+    return resources.files(__package__ or "qualify").joinpath("profiles")
+
+
+def _as_path(entry: Traversable) -> Path:
+    return entry if isinstance(entry, Path) else Path(str(entry))
+
+
+def _looks_like_path(text: str) -> bool:
+    # Shipped names are bare words; anything with a directory part or the extension is a file.
+    return text.endswith(".toml") or "/" in text or "\\" in text
+
+
+def _parse(raw: bytes, path: Path, *, shipped_name: str | None) -> Profile:
+    where = f"profile {path}"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message carries "(at line N, column M)".
+        raise ProfileError(f"{where}: malformed TOML: {exc}") from None
+
+    # The version is checked before the schema: a newer file may differ anywhere, and
+    # "unsupported version" is the one message that is true about all of it.
+    version = data.get("format_version")
+    if version is None:
+        raise ProfileError(
+            f"{where}: $.format_version: missing (this harness reads {PROFILE_FORMAT_VERSION})"
+        )
+    if type(version) is not int or version != PROFILE_FORMAT_VERSION:
+        raise ProfileError(
+            f"{where}: $.format_version: unsupported format version {version!r} "
+            f"(this harness reads {PROFILE_FORMAT_VERSION})"
+        )
+
+    errors = schema_errors(data, "profile")
+    if errors:
+        raise ProfileError(f"{where}: " + "; ".join(errors))
+    problems = _consistency_errors(data)
+    if problems:
+        raise ProfileError(f"{where}: " + "; ".join(problems))
+
+    if shipped_name is not None and data["name"] != shipped_name:
+        raise ProfileError(f"{where}: $.name: {data['name']!r} differs from the file name {shipped_name!r}")
+
+    fmt = data["format"]
+    return Profile(
+        name=data["name"],
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        data=data,
+        format=FormatSpec(
+            element_dtype=fmt["element_dtype"],
+            scale_dtype=fmt["scale_dtype"],
+            block_size=fmt["block_size"],
+            scale_layout=fmt["scale_layout"],
+            scale_recipe=fmt.get("scale_recipe"),
+            excluded_modules=tuple(fmt["excluded_modules"]),
+            kv_cache_quant_algo=fmt["kv_cache_quant_algo"] or None,
+        ),
+        required_levels=tuple(data["levels"]["required"]),
+        tensor_parallel_size=data["parallelism"]["tensor_parallel_size"],
+        statistics_rtol=float(data["manifest"]["statistics_rtol"]),
+        statistics_atol=float(data["manifest"]["statistics_atol"]),
+    )
+
+
+def _consistency_errors(data: dict[str, Any]) -> list[str]:
+    """Disagreements between keys that state the same fact twice; the schema cannot see them."""
+    out: list[str] = []
+    runtime = data["runtime"]
+    env = runtime["env"]
+
+    def agree(env_key: str, expected: object, where: str) -> None:
+        if env[env_key] != str(expected):
+            out.append(f"$.runtime.env.{env_key}: {env[env_key]!r} contradicts {where} ({expected!r})")
+
+    par = data["parallelism"]
+    agree("TP", par["tensor_parallel_size"], "$.parallelism.tensor_parallel_size")
+    agree("DCP", par["decode_context_parallel_size"], "$.parallelism.decode_context_parallel_size")
+    agree("DFLASH_MODEL", data["checkpoint"]["repo"], "$.checkpoint.repo")
+    if "target" in data:
+        agree("MODEL", data["target"]["repo"], "$.target.repo")
+    if "served_model_name" in runtime:
+        agree("SERVED_MODEL_NAME", runtime["served_model_name"], "$.runtime.served_model_name")
+    if "dflash" in data:
+        agree("NUM_SPECULATIVE_TOKENS", data["dflash"]["proposal_length"], "$.dflash.proposal_length")
+        agree("DFLASH_KV_CACHE_DTYPE", data["dflash"]["kv_cache"], "$.dflash.kv_cache")
+    pinned = data["checkpoint"]["revision"]
+    if pinned and env["DFLASH_MODEL_REVISION"] not in ("", pinned):
+        agree("DFLASH_MODEL_REVISION", pinned, "$.checkpoint.revision")
+
+    url = urlsplit(runtime["endpoint"])
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        out.append(f"$.runtime.endpoint: {runtime['endpoint']!r} has an invalid port")
+    else:
+        agree("PORT", port, "the port of $.runtime.endpoint")
+
+    gpu_count = data["hardware"]["gpu_count"]
+    if "gpus" in runtime:
+        devices = runtime["gpus"].split(",")
+        if len(devices) != gpu_count:
+            out.append(
+                f"$.runtime.gpus: {runtime['gpus']!r} names {len(devices)} devices but "
+                f"$.hardware.gpu_count is {gpu_count}"
+            )
+    elif gpu_count > 0:
+        out.append(f"$.runtime.gpus: missing, but $.hardware.gpu_count is {gpu_count}")
+    if gpu_count == 0 and "gpu_name" in data["hardware"]:
+        # A CPU-only profile naming a GPU is a contradiction, not extra detail.
+        out.append("$.hardware.gpu_name: set, but $.hardware.gpu_count is 0 (no GPU required)")
+
+    seen: set[str] = set()
+    for i, item in enumerate(data.get("evidence", [])):
+        at = f"$.evidence[{i}]"
+        if item["name"] in seen:
+            out.append(f"{at}.name: duplicate evidence name {item['name']!r}")
+        seen.add(item["name"])
+        try:
+            compiled = re.compile(item["pattern"])
+        except re.error as exc:
+            out.append(f"{at}.pattern: not a valid Python regex: {exc}")
+            continue
+        if "expected_gb" in item and _GB_GROUP not in compiled.groupindex:
+            out.append(f"{at}.pattern: has expected_gb but no (?P<{_GB_GROUP}>...) group to read it from")
+
+    required = data["levels"]["required"]
+    for level in ("load", "smoke"):
+        if level in required and not any(e["level"] == level for e in data.get("evidence", [])):
+            out.append(f"$.evidence: level {level!r} is required but no evidence item has level {level!r}")
+    return out
+
+
+def _kv_cache_words(dflash: dict[str, Any]) -> str:
+    # The card writes "auto (BF16)": the setting, then what it resolves to.
+    dtype = dflash.get("kv_cache_dtype")
+    return f"{dflash['kv_cache']} ({dtype})" if dtype else dflash["kv_cache"]

@@ -1,0 +1,185 @@
+"""Human-readable renderings of a :class:`~qualify.report.Run` (pure: text in, text out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .report import Check, LevelResult, Run, Status, Verdict
+
+_MARK = {
+    Status.PASSED: "passed",
+    Status.FAILED: "**FAILED**",
+    Status.SKIPPED: "skipped",
+    Status.ERROR: "**ERROR**",
+    Status.NOT_RUN: "not run",
+}
+
+
+def _join(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    if len(items) == 2:
+        return f"{items[0]} and {items[1]}"
+    return ", ".join(items[:-1]) + f", and {items[-1]}"
+
+
+def condition_lines(conditions: dict[str, Any]) -> list[str]:
+    """The profile's conditions as the seed's bullet list, in the profile's own words."""
+    lines = []
+    for key, value in conditions.items():
+        if key == "not_qualified" or value in (None, "", [], {}):
+            continue
+        label = key.replace("_", " ")
+        label = label[:1].upper() + label[1:]
+        if isinstance(value, dict):
+            text = ", ".join(f"{k.replace('_', ' ')} {_scalar(v)}" for k, v in value.items() if v not in (None, ""))
+        elif isinstance(value, list):
+            text = ", ".join(_scalar(v) for v in value)
+        else:
+            text = _scalar(value)
+        lines.append(f"- {label}: {text}")
+    return lines
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, dict):
+        return "(" + ", ".join(f"{k} {_scalar(x)}" for k, x in v.items()) + ")"
+    if isinstance(v, list):
+        return ", ".join(_scalar(x) for x in v)
+    return str(v)
+
+
+def validation_status(run: Run) -> str:
+    """A "Validation status" paragraph in the seed's style, claiming exactly the levels that passed."""
+    passed = [lvl for lvl in run.levels if lvl.status is Status.PASSED]
+    conditions = run.profile.get("conditions") or {}
+    out = []
+    if run.verdict is Verdict.QUALIFIED:
+        out.append(f"Status: qualified for {_join([lvl.title for lvl in passed])} under the following conditions:")
+    else:
+        not_passed = [f"{lvl.title} ({lvl.status})" for lvl in run.levels if lvl.status is not Status.PASSED]
+        head = "Status: not qualified."
+        if run.interrupted:
+            head += f" The run was interrupted ({run.interrupted}) before it finished."
+        if run.errors:
+            head += " The harness reported errors: " + "; ".join(run.errors) + "."
+        if not_passed:
+            head += f" Not passed: {_join(not_passed)}."
+        if passed:
+            head += f" Passed, but not sufficient for a release: {_join([lvl.title for lvl in passed])}."
+        out.append(head + " Conditions of this run:")
+    out.extend(condition_lines(conditions))
+    not_qualified = conditions.get("not_qualified") or []
+    if not_qualified:
+        out.append("")
+        out.append(f"Not qualified by this run: {_join([str(x) for x in not_qualified])}.")
+    return "\n".join(out)
+
+
+def _finding_lines(check: Check) -> list[str]:
+    if check.evidence is None:
+        return []
+    lines = [f"  - {f}" for f in check.evidence.findings]
+    total = check.evidence.findings_total or len(check.evidence.findings)
+    if total > len(check.evidence.findings):
+        lines.append(f"  - ... and {total - len(check.evidence.findings)} more (see report.json)")
+    return lines
+
+
+def _level_section(level: LevelResult) -> list[str]:
+    out = [f"### {level.title} (`{level.name}`): {_MARK[level.status]}", ""]
+    if not level.checks:
+        out.append(f"No check ran: {level.reason or 'not run'}.")
+        out.append("")
+        return out
+    out.append("| check | status | what was checked | time |")
+    out.append("|---|---|---|---|")
+    for c in level.checks:
+        what = (c.message or c.title).replace("|", "\\|").replace("\n", " ")
+        out.append(f"| `{c.id}` | {_MARK[c.status]} | {what} | {c.duration_s:.2f} s |")
+    out.append("")
+    for c in level.checks:
+        if c.status in (Status.FAILED, Status.ERROR):
+            out.append(f"`{c.id}` {c.status}: {c.message}")
+            out.extend(_finding_lines(c))
+            out.append("")
+    return out
+
+
+def render_markdown(run: Run) -> str:
+    ck = run.checkpoint
+    out = [
+        f"# Qualification report `{run.run_id}`",
+        "",
+        f"**Verdict: {run.verdict}**",
+        "",
+        "## Validation status",
+        "",
+        validation_status(run),
+        "",
+        "## Levels",
+        "",
+        "| level | required | status | checks |",
+        "|---|---|---|---|",
+    ]
+    for lvl in run.levels:
+        counts = {s: sum(1 for c in lvl.checks if c.status is s) for s in Status}
+        summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
+        out.append(f"| {lvl.title} | {'yes' if lvl.required else 'no'} | {_MARK[lvl.status]} | {summary} |")
+    out.append("")
+    for lvl in run.levels:
+        out.extend(_level_section(lvl))
+    out += ["## Checkpoint", "", f"- Path: `{ck.get('path')}`"]
+    if ck.get("manifest_sha256"):
+        out.append(f"- Manifest sha256: `{ck['manifest_sha256']}`")
+    for key in ("repo", "revision"):
+        if ck.get(key):
+            out.append(f"- {key.capitalize()}: `{ck[key]}`")
+    src = run.source
+    if src.get("path") or src.get("repo"):
+        out.append(f"- Source: `{src.get('repo') or src.get('path')}`"
+                   + (f" at `{src['revision']}`" if src.get("revision") else ""))
+    files = ck.get("files") or []
+    if files:
+        out += ["", "| file | size | sha256 |", "|---|---|---|"]
+        out += [f"| `{f['path']}` | {f['size']} | `{f['sha256']}` |" for f in files]
+    env = run.environment
+    out += [
+        "",
+        "## Run",
+        "",
+        f"- Harness: qualify {run.harness_version}",
+        f"- Profile: `{run.profile.get('name')}` (sha256 `{run.profile.get('sha256')}`)",
+        f"- Started: {run.started_at}; finished: {run.finished_at}",
+        f"- Command: `{' '.join(run.command)}`" if run.command else "- Command: (library call)",
+        f"- Python {env.get('python')} on {env.get('platform')}",
+        "- Packages: " + ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items()),
+    ]
+    if run.errors:
+        out += ["", "## Harness errors", ""] + [f"- {e}" for e in run.errors]
+    return "\n".join(out) + "\n"
+
+
+def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
+    """One line per level, the failed checks under it with their first findings, then the verdict."""
+    lines = []
+    for lvl in run.levels:
+        n = len(lvl.checks)
+        lines.append(f"{lvl.name:<13} {lvl.status!s:<8} {n} check{'s' if n != 1 else ''}"
+                     + (f" ({lvl.reason})" if not lvl.checks and lvl.reason else ""))
+        for c in lvl.checks:
+            if c.status in (Status.FAILED, Status.ERROR):
+                rule = c.evidence.summary if c.evidence and c.message == c.evidence.summary else None
+                lines.append(f"  {c.status!s} {c.id} (rule: {rule})" if rule else f"  {c.status!s} {c.id}: {c.message}")
+                shown = c.evidence.findings[:findings_per_check] if c.evidence else []
+                lines.extend(f"    - {f}" for f in shown)
+                total = (c.evidence.findings_total or 0) if c.evidence else 0
+                if total > len(shown):
+                    lines.append(f"    - ... {total - len(shown)} more in the report")
+        not_run = [c.id for c in lvl.checks if c.status is Status.NOT_RUN]
+        if not_run:
+            lines.append(f"  not run (an input they need is broken): {', '.join(not_run)}")
+    if run.interrupted:
+        lines.append(f"interrupted: {run.interrupted}")
+    lines.append(f"verdict: {run.verdict}")
+    return lines

@@ -1,0 +1,200 @@
+"""A qualification run: lay out the levels, run the suites in-process, write the reports.
+
+The CLI and a plain ``pytest suites --checkpoint ...`` both come through here, so both
+produce the same report. The report is written when the session ends, whatever ended
+it: a failed check, a harness error, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import secrets
+import signal
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .atomic import atomic_write_text
+from .checksums import sha256_files
+from .errors import HarnessError, QualifyError, UsageError
+from .manifest import MANIFEST_NAME, list_checkpoint_files
+from .profile import Profile
+from .render import render_markdown
+from .report import LEVELS, Check, LevelResult, Run, write_json
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SUITES_DIR = REPO_ROOT / "suites"
+REPORTED_PACKAGES = ("torch", "safetensors", "huggingface_hub", "openai", "docker", "jsonschema", "pytest")
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_run_id(profile_name: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in profile_name)
+    return f"{stamp}-{safe}-{secrets.token_hex(3)}"
+
+
+def parse_levels(text: str | None, profile: Profile) -> list[str]:
+    if not text:
+        return list(profile.required_levels)
+    levels = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [lv for lv in levels if lv not in LEVELS]
+    if unknown:
+        raise UsageError(f"unknown level(s) {', '.join(unknown)}; known levels: {', '.join(LEVELS)}")
+    return levels
+
+
+def environment() -> dict[str, Any]:
+    packages = {}
+    for name in REPORTED_PACKAGES:
+        try:
+            packages[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            packages[name] = None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "packages": packages,
+    }
+
+
+def describe_dir(root: Path | None) -> dict[str, Any]:
+    """Identity of a checkpoint directory: every file's sha256 and size (what a gate compares)."""
+    if root is None:
+        return {"path": None, "files": []}
+    root = Path(root)
+    out: dict[str, Any] = {"path": str(root), "files": []}
+    if not root.is_dir():
+        return out
+    rels = list_checkpoint_files(root)
+    regular = [r for r in rels if (root / r).is_file()]
+    try:
+        digests = sha256_files([root / r for r in regular], labels=regular)
+    except QualifyError:
+        digests = {}
+    out["files"] = [
+        {"path": r, "sha256": digests.get(root / r), "size": (root / r).stat().st_size} for r in regular
+    ]
+    if root / MANIFEST_NAME in digests:
+        out["manifest_sha256"] = digests[root / MANIFEST_NAME]
+    return out
+
+
+def new_run(
+    profile: Profile,
+    checkpoint: Path | None,
+    source: Path | None,
+    levels: Sequence[str],
+    command: Sequence[str] = (),
+) -> Run:
+    run = Run(
+        run_id=new_run_id(profile.name),
+        harness_version=__version__,
+        started_at=now(),
+        command=list(command),
+        profile={"name": profile.name, "path": str(profile.path), "sha256": profile.sha256,
+                 "conditions": profile.conditions()},
+        checkpoint={"path": str(checkpoint) if checkpoint else None},
+        source={"path": str(source) if source else None},
+        environment=environment(),
+    )
+    # Every level asked for counts towards the verdict: a level that was run but may fail
+    # without consequence would be a way to say "qualified" with a failed check in the report.
+    for name in LEVELS:  # in the order a full run performs them
+        if name in levels:
+            run.levels.append(LevelResult(name, required=True))
+    return run
+
+
+def make_run_dir(reports_root: Path, run_id: str) -> Path:
+    """A fresh folder for one run; an existing one is never reused or overwritten."""
+    path = Path(reports_root) / run_id
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise HarnessError(f"{path}: run folder already exists; refusing to overwrite another run") from None
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot create the run folder: {exc.strerror or exc}") from None
+    return path
+
+
+def finish_run(run: Run, report_dir: Path | None) -> None:
+    """Record identities and the finish time, then write report.json and report.md atomically."""
+    run.finished_at = now()
+    for attr in ("checkpoint", "source"):
+        info = getattr(run, attr)
+        path = info.get("path")
+        if path and "files" not in info:
+            info.update(describe_dir(Path(path)))
+    if report_dir is not None:
+        write_json(run, Path(report_dir) / "report.json")
+        atomic_write_text(Path(report_dir) / "report.md", render_markdown(run))
+
+
+def print_check(check: Check) -> None:
+    print(f"{check.id:<40} {check.status!s:<8} {check.duration_s:6.2f} s", flush=True)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt(run: Run) -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so the session ends through its normal finish (and writes its report)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        run.interrupted = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_suites(
+    run: Run,
+    *,
+    profile: Profile,
+    checkpoint: Path | None,
+    source: Path | None,
+    report_dir: Path | None,
+    extra_args: Sequence[str] = (),
+) -> int:
+    """Run the suites for the levels laid out in ``run``; returns pytest's exit code."""
+    import pytest
+
+    from .suite_plugin import QualifyPlugin
+
+    if not SUITES_DIR.is_dir():
+        raise HarnessError(f"{SUITES_DIR}: the qualification suites are missing (install qualify from its checkout)")
+    # pytest's own terminal output (dots, "errors" for fixture failures) would speak of tests,
+    # not checks; the plugin prints one line per check instead.
+    args = [str(SUITES_DIR), "-o", "addopts=", "--strict-markers", "-p", "no:cacheprovider", "-p", "no:terminal",
+            "--profile", str(profile.path)]
+    if checkpoint is not None:
+        args += ["--checkpoint", str(checkpoint)]
+    if source is not None:
+        args += ["--source", str(source)]
+    args += list(extra_args)
+    plugin = QualifyPlugin(run, on_finish=lambda r: finish_run(r, report_dir), progress=print_check)
+    with sigterm_as_interrupt(run):
+        try:
+            return int(pytest.main(args, plugins=[plugin]))
+        except KeyboardInterrupt:
+            run.interrupted = run.interrupted or "KeyboardInterrupt"
+            finish_run(run, report_dir)
+            return int(pytest.ExitCode.INTERRUPTED)
+

@@ -1,0 +1,64 @@
+"""Level "structure": the manifest's claims against the files (schema, checksums, coverage, statistics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qualify import manifest as m
+from qualify.report import Evidence
+
+pytestmark = pytest.mark.structure
+
+
+def test_safetensors_container(checkpoint, record):
+    """Every safetensors file parses under the strict reader (header, offsets, dtypes, sizes)."""
+    ev = Evidence(f"{len(checkpoint.files)} safetensors file(s) with {len(checkpoint.names())} tensors parse strictly")
+    ev.measured.update(files=sorted(checkpoint.files), tensors=len(checkpoint.names()))
+    if not checkpoint.names():
+        ev.add("the checkpoint holds no tensors")
+    record(ev)
+
+
+def test_manifest_schema(checkpoint_dir, record):
+    """conversion_manifest.json exists, is strict JSON and validates against its schema."""
+    record(m.check_schema(checkpoint_dir))
+
+
+def test_source_pinned(manifest_raw, profile, record):
+    """The source is named at an immutable commit, the one the profile qualifies."""
+    record(m.check_source_pinned(manifest_raw, profile.source_revision))
+
+
+def test_paths(manifest_raw, checkpoint_dir, record):
+    """Manifest paths are relative, unique and stay inside the checkpoint."""
+    record(m.check_paths(manifest_raw, checkpoint_dir))
+
+
+def test_file_list(manifest, checkpoint_dir, record):
+    """The manifest lists every file that affects loading, and every listed file exists."""
+    record(m.check_file_list(manifest, checkpoint_dir))
+
+
+def test_output_checksums(manifest, checkpoint_dir, record):
+    """Every output file's sha256 and size equal the manifest's."""
+    record(m.check_checksums(manifest.output_files, checkpoint_dir, what="output"))
+
+
+def test_source_checksums(manifest, source_dir, record):
+    """Every source file's sha256 and size equal the manifest's (the source is the pinned one)."""
+    record(m.check_checksums(manifest.source_files, source_dir, what="source"))
+
+
+def test_output_coverage(manifest, checkpoint, record):
+    """The checkpoint holds exactly the tensors the manifest names, as it names them."""
+    record(m.check_output_coverage(manifest, checkpoint))
+
+
+def test_source_coverage(manifest, source, record):
+    """Every source tensor is quantized, kept or excluded exactly once."""
+    record(m.check_source_coverage(manifest, source))
+
+
+def test_statistics(manifest, checkpoint, source, profile, record):
+    """Per-weight and aggregate quantization statistics recomputed from the tensors match the manifest."""
+    record(m.check_statistics(manifest, checkpoint, source, rtol=profile.statistics_rtol, atol=profile.statistics_atol))
