@@ -155,7 +155,9 @@ def _run(
         if failed:
             for f in futures:
                 f.cancel()
-            raise failed[0].exception()  # type: ignore[misc]
+            exc = failed[0].exception()
+            assert exc is not None
+            raise exc
         results = {futures[f]: f.result() for f in futures}
     # Callers index by path; keep the order they asked in.
     return {p: results[p] for p in jobs}

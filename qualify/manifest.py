@@ -403,12 +403,14 @@ def check_statistics(
             ev.add(exc.detail, tensor=name, file=exc.file)
             continue
         recomputed.append(stats)
-        for line in statistics.compare(entry.statistics or {}, stats.to_dict(), rtol=rtol, atol=atol):
-            ev.add(f"statistic {line}", tensor=name, file=MANIFEST_NAME)
+        diffs = statistics.compare(entry.statistics or {}, stats.to_dict(), rtol=rtol, atol=atol)
+        if diffs:
+            ev.add("statistics differ from the tensors: " + "; ".join(diffs), tensor=name, file=MANIFEST_NAME)
     if len(recomputed) == len(quantized):
         agg = statistics.aggregate(recomputed)
-        for line in statistics.compare(manifest.aggregate, agg.to_dict(), rtol=rtol, atol=atol):
-            ev.add(f"aggregate {line}", file=MANIFEST_NAME)
+        diffs = statistics.compare(manifest.aggregate, agg.to_dict(), rtol=rtol, atol=atol)
+        if diffs:
+            ev.add("aggregate statistics differ from the tensors: " + "; ".join(diffs), file=MANIFEST_NAME)
         ev.measured["aggregate"] = agg.to_dict()
     ev.measured["tensors_recomputed"] = len(recomputed)
     return ev

@@ -20,14 +20,17 @@ block's amax picks the exponent:
 ``modelopt``
     NVIDIA ModelOpt's ``MXFP8QTensor``: ``descale = float32(amax) / 448`` (a float32
     division, as ModelOpt does it), exponent ``ceil(log2(descale))``. The block max
-    lands in (224, 448], so nothing ever saturates. Same as TransformerEngine's and
-    torchao's ``ScaleCalculationMode.RCEIL`` except where those deviate (torchao's
-    eager ``RCEIL`` uses an inexact ``torch.log2``, and it and TransformerEngine scale
-    elements by 1.0 instead of ``2**127`` when the scale byte is 0).
+    lands in (224, 448], so nothing saturates; the one exception is a float32 amax
+    just above ``448 * 2**-127``, whose quotient rounds down onto 2**-127. Same as
+    TransformerEngine's and torchao's ``ScaleCalculationMode.RCEIL`` except where
+    those deviate (torchao's eager ``RCEIL`` uses an inexact ``torch.log2``, and it
+    and TransformerEngine scale elements by 1.0 instead of ``2**127`` when the scale
+    byte is 0).
 ``ocp-floor``
     OCP Microscaling v1.0 and torchao's default ``FLOOR``: exponent
     ``floor(log2(amax)) - 8`` (8 = emax of E4M3). The block max lands in [256, 512),
-    so blocks whose amax significand exceeds 1.75 saturate to 448.
+    so blocks whose amax significand exceeds 1.75 saturate to 448. torchao's
+    ``FLOOR`` differs only when the scale byte is 0: it scales by 2**126 there.
 
 Both clamp the exponent to [-127, 127]; an all-zero block gets -127 (scale byte 0).
 Scale bytes are ``exponent + 127``, so 0xFF (E8M0's NaN) is never produced.
@@ -282,9 +285,7 @@ def _block_size_of(data: torch.Tensor, scale: torch.Tensor) -> int:
         and data.shape[-1] > 0
     )
     if not fits:
-        raise ValueError(
-            f"MXFP8 scale shape {tuple(scale.shape)} does not fit data shape {tuple(data.shape)}"
-        )
+        raise ValueError(f"MXFP8 scale shape {tuple(scale.shape)} does not fit data shape {tuple(data.shape)}")
     return data.shape[-1] // scale.shape[-1]
 
 
@@ -293,13 +294,9 @@ def _check_source(weight: torch.Tensor, block_size: int, name: str | None) -> to
     _check_block_size(block_size)
     if weight.dtype not in SOURCE_DTYPES:
         known = ", ".join(str(dtype).removeprefix("torch.") for dtype in SOURCE_DTYPES)
-        raise QuantizationError(
-            f"cannot quantize dtype {weight.dtype} (expected one of {known})", tensor=name
-        )
+        raise QuantizationError(f"cannot quantize dtype {weight.dtype} (expected one of {known})", tensor=name)
     if weight.dim() < 1:
-        raise QuantizationError(
-            "cannot quantize a 0-d tensor: blocks run along the last dimension", tensor=name
-        )
+        raise QuantizationError("cannot quantize a 0-d tensor: blocks run along the last dimension", tensor=name)
     if weight.device.type != "cpu":
         # The reference must not depend on a device's cast and reduction kernels.
         weight = weight.cpu()

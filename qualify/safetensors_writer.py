@@ -24,6 +24,7 @@ TORCH_TO_SAFETENSORS: dict[torch.dtype, str] = {
     torch.int8: "I8",
     torch.float8_e4m3fn: "F8_E4M3",
     torch.float8_e5m2: "F8_E5M2",
+    torch.float8_e8m0fnu: "F8_E8M0",
     torch.int16: "I16",
     torch.float16: "F16",
     torch.bfloat16: "BF16",

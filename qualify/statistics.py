@@ -47,9 +47,10 @@ class WeightStatistics:
 
     Block counts: ``zero_blocks`` have amax 0; ``saturated_blocks`` hold at least one
     element with ``|x| * 2**-exponent > 448`` before the clamp, i.e. an element the
-    format had to saturate (never for ``modelopt`` scales, which put the block max at
-    or below 448, but common for ``ocp-floor`` when the amax significand exceeds
-    1.75); ``min_scale_blocks`` have scale byte 0 (exponent clamped at -127).
+    format had to saturate (common for ``ocp-floor``, whenever the amax significand
+    exceeds 1.75; for ``modelopt`` only where its float32 division rounds a descale
+    just above 2**-127 down, see :mod:`qualify.mxfp8`); ``min_scale_blocks`` have
+    scale byte 0 (exponent clamped at -127).
     """
 
     elements: int

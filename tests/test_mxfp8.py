@@ -126,9 +126,7 @@ def assert_matches_reference(weight: torch.Tensor, recipe: str, block_size: int 
     if got != want_data:
         bad = next(i for i, (a, b) in enumerate(zip(got, want_data, strict=True)) if a != b)
         value = weight.flatten()[bad].item()
-        pytest.fail(
-            f"{recipe}: element {bad} ({value!r}) got byte {got[bad]:#04x}, want {want_data[bad]:#04x}"
-        )
+        pytest.fail(f"{recipe}: element {bad} ({value!r}) got byte {got[bad]:#04x}, want {want_data[bad]:#04x}")
 
 
 def scaled_random(dtype: torch.dtype, rows: int, k: int, seed: int, low: int, high: int) -> torch.Tensor:
@@ -147,9 +145,7 @@ def from_bits(bits: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.tensor([signed], dtype=integer).view(dtype)
 
 
-def block_with(
-    values: Sequence[float], dtype: torch.dtype = torch.float32, fill: float = 0.0
-) -> torch.Tensor:
+def block_with(values: Sequence[float], dtype: torch.dtype = torch.float32, fill: float = 0.0) -> torch.Tensor:
     return torch.tensor([*values, *[fill] * (32 - len(values))], dtype=torch.float64).to(dtype).reshape(1, 32)
 
 
@@ -268,9 +264,7 @@ _SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[Hea
 
 @st.composite
 def float32_blocks(draw: st.DrawFn) -> list[float]:
-    values = draw(
-        st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=32, max_size=32)
-    )
+    values = draw(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=32, max_size=32))
     # Tiny (all-subnormal) and huge blocks must come up, not just the middle.
     shift = draw(st.sampled_from([0, 0, -100, -140, 60, 100]))
     scaled = torch.tensor(values, dtype=torch.float64) * 2.0**shift
@@ -566,9 +560,7 @@ def test_dequantize_nan_encodings_and_shape_checks() -> None:
         dequantize(data.to(torch.int16), scale)
     with pytest.raises(TypeError):
         dequantize(data, scale.to(torch.int32))
-    overflow = dequantize(
-        torch.tensor([[0x7E] * 32], dtype=torch.uint8), torch.tensor([[254]], dtype=torch.uint8)
-    )
+    overflow = dequantize(torch.tensor([[0x7E] * 32], dtype=torch.uint8), torch.tensor([[254]], dtype=torch.uint8))
     assert overflow.isinf().all()  # 448 * 2**127 is beyond float32...
     exact = dequantize(
         torch.tensor([[0x7E] * 32], dtype=torch.uint8),

@@ -1,0 +1,44 @@
+"""Helpers shared by the harness's own tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "fixtures" / "dflash2-tiny"
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def run_qualify(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, in its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "qualify.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write_checkpoint(root: Path, tensors: dict, *, config: dict | None = None, hf_quant: dict | None = None) -> Path:
+    """A small checkpoint directory from a dict of tensors (and optional config files)."""
+    import json
+
+    from qualify.safetensors_writer import TORCH_TO_SAFETENSORS, PlannedTensor, write_safetensors
+
+    root.mkdir(parents=True, exist_ok=True)
+    planned = [PlannedTensor(n, TORCH_TO_SAFETENSORS[t.dtype], tuple(t.shape), lambda t=t: t) for n, t in tensors.items()]
+    write_safetensors(root / "model.safetensors", planned)
+    if config is not None:
+        (root / "config.json").write_text(json.dumps(config))
+    if hf_quant is not None:
+        (root / "hf_quant_config.json").write_text(json.dumps(hf_quant))
+    return root
+
+
+def hf_quant(exclude=("lm_head",), **overrides):
+    q = {"quant_algo": "MXFP8", "kv_cache_quant_algo": None, "group_size": 32, "exclude_modules": list(exclude)}
+    q.update(overrides)
+    return {"producer": {"name": "test", "version": "0"}, "quantization": q}
