@@ -29,7 +29,9 @@ def write_checkpoint(root: Path, tensors: dict, *, config: dict | None = None, h
     from qualify.safetensors_writer import TORCH_TO_SAFETENSORS, PlannedTensor, write_safetensors
 
     root.mkdir(parents=True, exist_ok=True)
-    planned = [PlannedTensor(n, TORCH_TO_SAFETENSORS[t.dtype], tuple(t.shape), lambda t=t: t) for n, t in tensors.items()]
+    planned = [
+        PlannedTensor(n, TORCH_TO_SAFETENSORS[t.dtype], tuple(t.shape), lambda t=t: t) for n, t in tensors.items()
+    ]
     write_safetensors(root / "model.safetensors", planned)
     if config is not None:
         (root / "config.json").write_text(json.dumps(config))

@@ -8,7 +8,6 @@ import struct
 import pytest
 
 from qualify.report import read_json
-
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
 
 

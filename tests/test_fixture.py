@@ -7,7 +7,6 @@ from pathlib import Path
 
 from fixtures.generate import generate, source_revision
 from qualify.profile import load_profile
-
 from tests.helpers import FIXTURE
 
 

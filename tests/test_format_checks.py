@@ -183,7 +183,8 @@ def test_a_linear_layer_left_in_bf16(tmp_path):
     t["layers.0.mlp.down_proj.weight"] = weight(64, 128)
     ckpt, qc = open_ckpt(tmp_path, t)
     with ckpt:
-        assert "down_proj.weight': linear weight is left in BF16" in text(f.check_linear_coverage(ckpt, ["lm_head"], qc))
+        coverage = f.check_linear_coverage(ckpt, ["lm_head"], qc)
+        assert "down_proj.weight': linear weight is left in BF16" in text(coverage)
         cfg = f.check_quant_config(ckpt, qc, excluded_modules=["lm_head"], kv_cache_quant_algo=None)
     assert "down_proj.weight': unquantized linear weight is not in the config's exclusions" in text(cfg)
 

@@ -124,7 +124,7 @@ def test_duplicate_keys_and_missing_manifest(fixture_copy):
     with pytest.raises(ManifestError, match="duplicate key 'format_version'"):
         m.load_manifest(ckpt)
     path.unlink()
-    with pytest.raises(ManifestError, match="conversion_manifest.json: file is missing"):
+    with pytest.raises(ManifestError, match=r"conversion_manifest\.json: file is missing"):
         m.load_manifest(ckpt)
 
 
