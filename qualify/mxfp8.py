@@ -218,7 +218,8 @@ def dequantize(
     work = torch.float64 if dtype == torch.float64 else torch.float32
     blocks = scale.shape[-1]
     factor = e8m0_decode(scale).to(work).unsqueeze(-1)
-    values = data.to(work).reshape(*data.shape[:-1], blocks, block_size) * factor
+    values = data.to(work).reshape(*data.shape[:-1], blocks, block_size)
+    values.mul_(factor)  # in place: ``data.to(work)`` is always a fresh copy
     return values.reshape(data.shape).to(dtype)
 
 

@@ -37,7 +37,7 @@ from .mxfp8 import (
 )
 
 #: float64 elements per chunk: 2 Mi elements is 16 MiB per float64 copy, and a chunk
-#: holds about four of them (source, dequantized, error, a temporary).
+#: holds at most three of them at once (the source, the error, a decoding temporary).
 _CHUNK_ELEMENTS = 1 << 21
 
 
@@ -106,20 +106,22 @@ def weight_statistics(
     because those are what the checkpoint ships (for ``q = quantize(source, recipe)``
     they are the recipe's). Raises :class:`QuantizationError` naming ``name`` if
     ``source`` is not finite or ``q`` holds a NaN encoding (E4M3 0x7F/0xFF or scale
-    0xFF): no error figure means anything then. Raises ValueError if the shapes or the
-    block size do not match.
+    0xFF): no error figure means anything then, and likewise if the shapes or the block
+    size do not match. An unknown ``recipe`` is a ValueError.
     """
     parse_recipe(recipe)
+    # A mismatch here means the checkpoint's tensor is not a quantization of this
+    # source, so it is the checkpoint's error (a QuantizationError), not a usage one.
     if tuple(source.shape) != tuple(q.data.shape):
-        raise ValueError(f"source shape {tuple(source.shape)} differs from quantized {tuple(q.data.shape)}")
+        raise QuantizationError(
+            f"quantized shape {list(q.data.shape)} differs from the source's {list(source.shape)}", tensor=name
+        )
     if q.block_size != block_size:
-        raise ValueError(f"quantized weight has block size {q.block_size}, expected {block_size}")
+        raise QuantizationError(f"quantized weight has block size {q.block_size}, expected {block_size}", tensor=name)
     if not source.dtype.is_floating_point:
-        raise ValueError(f"source must be a floating-point tensor, got {source.dtype}")
+        raise QuantizationError(f"source must be a floating-point tensor, got {source.dtype}", tensor=name)
     if bool((q.scale == 0xFF).any()):
         raise QuantizationError("scale byte 0xFF (E8M0 NaN) in quantized weight", tensor=name)
-    if bool(fp8_nan_mask(q.data).any()):
-        raise QuantizationError("E4M3 NaN encoding (0x7F/0xFF) in quantized weight", tensor=name)
 
     k = source.shape[-1]
     blocks_per_row = k // block_size
@@ -134,16 +136,21 @@ def weight_statistics(
     for start in range(0, rows, step):
         stop = min(start + step, rows)
         n = stop - start
-        x = x_rows[start:stop].to(torch.float64).reshape(n, blocks_per_row, block_size)
+        # A private copy (copy=True: a float64 source would otherwise be aliased), so
+        # that it can be squared in place at the end.
+        x = x_rows[start:stop].to(torch.float64, copy=True).reshape(n, blocks_per_row, block_size)
         scale = scale_rows[start:stop]
-        block_amax = x.abs().amax(dim=-1)
+        block_amax = torch.maximum(x.amax(dim=-1), x.amin(dim=-1).neg_())  # max|x| without an |x| copy
         if not bool(torch.isfinite(block_amax).all()):
             raise QuantizationError("source holds non-finite values", tensor=name)
-        y = dequantize(data_rows[start:stop], scale, block_size, torch.float64)
-        error = y.reshape(n, blocks_per_row, block_size).sub_(x)
-        max_abs_error = max(max_abs_error, float(error.abs().max()))
+        if bool(fp8_nan_mask(data_rows[start:stop]).any()):  # per chunk: a full-size mask is 2 bytes/element
+            raise QuantizationError("E4M3 NaN encoding (0x7F/0xFF) in quantized weight", tensor=name)
+        error = dequantize(data_rows[start:stop], scale, block_size, torch.float64)
+        error = error.reshape(n, blocks_per_row, block_size).sub_(x).abs_()
+        max_abs_error = max(max_abs_error, float(error.max()))
         sse += float(error.square_().sum())
-        sum_sq += float(x.square().sum())
+        del error
+        sum_sq += float(x.square_().sum())
         amax = max(amax, float(block_amax.max()))
         zero_blocks += int((block_amax == 0).sum())
         # 448 * 2**exponent is exact in float64, so this is the pre-clamp test

@@ -131,10 +131,12 @@ def test_stored_scales_decide_saturation() -> None:
 def test_errors() -> None:
     source = torch.tensor([block(1.0)])
     q = quantize(source)
-    with pytest.raises(ValueError, match="shape"):
-        weight_statistics(torch.zeros(2, 32), q, "modelopt")
-    with pytest.raises(ValueError, match="block size"):
+    with pytest.raises(QuantizationError, match=r"tensor 'w'.*shape \[1, 32\] differs from the source's \[2, 32\]"):
+        weight_statistics(torch.zeros(2, 32), q, "modelopt", name="w")
+    with pytest.raises(QuantizationError, match="block size 32, expected 16"):
         weight_statistics(source, q, "modelopt", block_size=16)
+    with pytest.raises(QuantizationError, match="floating-point"):
+        weight_statistics(source.to(torch.int32), q, "modelopt")
     with pytest.raises(ValueError, match="known recipes"):
         weight_statistics(source, q, "rceil")
     bad = source.clone()
