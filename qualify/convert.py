@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -19,14 +20,12 @@ from typing import Any
 
 from . import __version__, mxfp8, statistics
 from .atomic import default_mode
-from .checksums import sha256_files
 from .errors import QuantizationError, UsageError
 from .format_checks import LINEAR_PATTERNS
-from .manifest import MANIFEST_NAME, list_checkpoint_files
+from .manifest import MANIFEST_NAME, build_manifest, list_checkpoint_files, write_manifest
 from .quant_config import HF_QUANT_CONFIG, MODEL_CONFIG, is_excluded, module_of
 from .safetensors_io import Checkpoint
 from .safetensors_writer import PlannedTensor, write_safetensors
-from .schemas import validate
 
 OUTPUT_WEIGHTS = "model.safetensors"
 QUANTIZABLE_DTYPES = ("BF16", "F16", "F32")
@@ -58,11 +57,6 @@ def plan_tensors(
         else:
             plans.append(Plan(name, "kept", "not a linear weight"))
     return plans
-
-
-def _file_entries(root: Path, paths: list[str]) -> list[dict[str, Any]]:
-    digests = sha256_files([root / p for p in paths], labels=paths)
-    return [{"path": p, "sha256": digests[root / p], "size": (root / p).stat().st_size} for p in paths]
 
 
 def convert(
@@ -159,31 +153,11 @@ def _convert_into(
 
     exclusions = sorted({module_of(p.name) for p in plans if p.action == "excluded"} | set(exclude))
     _write_configs(source_dir, out, exclusions, kv_cache_quant_algo)
-    source_files = list_checkpoint_files(source_dir)
-    output_files = [p for p in list_checkpoint_files(out) if p != MANIFEST_NAME]
-    agg = statistics.aggregate(stats)
-    manifest: dict[str, Any] = {
-        "format_version": 1,
-        "producer": {"name": "qualify", "version": __version__},
-        "source": {"repo": source_repo, "revision": source_revision,
-                   "files": _file_entries(source_dir, source_files)},
-        "output": {"files": _file_entries(out, output_files)},
-        "quantization": {
-            "format": "MXFP8",
-            "element_dtype": "float8_e4m3fn",
-            "scale_dtype": "uint8",
-            "scale_encoding": "e8m0-biased-127",
-            "block_size": mxfp8.BLOCK_SIZE,
-            "block_axis": "input",
-            "scale_layout": "row-major-unswizzled",
-            "scale_recipe": str(recipe),
-            "excluded_modules": list(exclude),
-        },
-        "tensors": entries,
-        "aggregate": agg.to_dict(),
-    }
-    validate(manifest, "manifest", what="the manifest this conversion produced")
-    (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    manifest = build_manifest(
+        source_dir=source_dir, output_dir=out, source_repo=source_repo, source_revision=source_revision,
+        entries=entries, aggregate=statistics.aggregate(stats), recipe=str(recipe), excluded_modules=list(exclude),
+    )
+    write_manifest(out, manifest)
     return manifest
 
 
@@ -215,3 +189,77 @@ def _write_configs(source_dir: Path, out: Path, exclusions: list[str], kv_cache_
         }
         (out / MODEL_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
 
+
+
+def describe_conversion(
+    source_dir: Path,
+    output_dir: Path,
+    *,
+    source_repo: str,
+    source_revision: str,
+    producer: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``conversion_manifest.json`` for a conversion made by another tool (ModelOpt, say).
+
+    What happened to each tensor is read off the files: an F8_E4M3 weight with a scale was
+    quantized, anything else was copied (excluded if the checkpoint's config excludes it).
+    The scale recipe is the known recipe that reproduces the quantized tensors, or null
+    when none does (the reproduction level will then say so).
+    """
+    from .quant_config import read_quant_config
+    from .reproduce import PlanItem, plan_from_checkpoint, resolve_recipe
+
+    source_dir, output_dir = Path(source_dir), Path(output_dir)
+    if not re.fullmatch(r"[0-9a-f]{40}", source_revision):
+        raise UsageError(f"--source-revision {source_revision!r} is not a 40-hex commit; a manifest pins the "
+                         "immutable revision the conversion read")
+    exclusions = list(read_quant_config(output_dir).exclude_modules)
+    with Checkpoint.open(source_dir) as source, Checkpoint.open(output_dir) as output:
+        plan = plan_from_checkpoint(output, source)
+        planned = {p.name for p in plan} | {p.name + "_scale" for p in plan if p.action == "quantized"}
+        extra = sorted(set(output.names()) - planned)
+        dropped = sorted(set(source.names()) - {p.name for p in plan})
+        if extra or dropped:
+            raise UsageError(
+                f"{output_dir}: cannot account for every tensor: "
+                + (f"not in the source: {extra[:5]} " if extra else "")
+                + (f"dropped from the source: {dropped[:5]}" if dropped else "")
+            )
+        plan = [PlanItem(p.name, "excluded" if p.action == "kept" and _is_excluded_linear(source, p.name, exclusions)
+                         else p.action) for p in plan]
+        recipe, _, _ = resolve_recipe(plan, output, source, None)
+        entries, stats = [], []
+        for item in plan:
+            info = source.info(item.name)
+            entry: dict[str, Any] = {"source_name": item.name, "action": item.action, "source_dtype": info.dtype,
+                                     "source_shape": list(info.shape)}
+            if item.action == "quantized":
+                scale = output.info(item.name + "_scale")
+                entry["outputs"] = [
+                    {"name": item.name, "role": "weight", "dtype": output.info(item.name).dtype,
+                     "shape": list(output.info(item.name).shape)},
+                    {"name": item.name + "_scale", "role": "scale", "dtype": scale.dtype, "shape": list(scale.shape)},
+                ]
+                q = mxfp8.MXFP8Weight(data=output.tensor(item.name), scale=output.tensor(item.name + "_scale"))
+                st = statistics.weight_statistics(source.tensor(item.name), q, recipe or mxfp8.ScaleRecipe.MODELOPT)
+                entry["statistics"] = st.to_dict()
+                stats.append(st)
+            else:
+                o = output.info(item.name)
+                entry["outputs"] = [{"name": item.name, "role": "tensor", "dtype": o.dtype, "shape": list(o.shape)}]
+                if item.action == "excluded":
+                    entry["reason"] = "excluded by the checkpoint's quantization config"
+            entries.append(entry)
+    manifest = build_manifest(
+        source_dir=source_dir, output_dir=output_dir, source_repo=source_repo, source_revision=source_revision,
+        entries=entries, aggregate=statistics.aggregate(stats), recipe=str(recipe) if recipe else None,
+        excluded_modules=exclusions, producer=producer,
+    )
+    write_manifest(output_dir, manifest)
+    return manifest
+
+
+def _is_excluded_linear(source: Checkpoint, name: str, exclusions: list[str]) -> bool:
+    info = source.info(name)
+    return (name.endswith(".weight") and len(info.shape) == 2 and is_excluded(module_of(name), exclusions)
+            and info.dtype in QUANTIZABLE_DTYPES)

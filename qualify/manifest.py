@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import mxfp8, statistics
+from . import __version__, mxfp8, statistics
 from .checksums import sha256_files
 from .errors import CheckpointError, ManifestError
 from .jsonio import load_json_file
@@ -417,3 +417,61 @@ def check_statistics(
         ev.measured["aggregate"] = agg.to_dict()
     ev.measured["tensors_recomputed"] = len(recomputed)
     return ev
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def file_entries(root: Path, paths: list[str]) -> list[dict[str, Any]]:
+    digests = sha256_files([Path(root) / p for p in paths], labels=paths)
+    return [{"path": p, "sha256": digests[Path(root) / p], "size": (Path(root) / p).stat().st_size} for p in paths]
+
+
+def build_manifest(
+    *,
+    source_dir: Path,
+    output_dir: Path,
+    source_repo: str,
+    source_revision: str,
+    entries: list[dict[str, Any]],
+    aggregate: statistics.AggregateStatistics,
+    recipe: str | None,
+    excluded_modules: list[str],
+    producer: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest document for a conversion whose files are all written (except the manifest)."""
+    from .schemas import validate
+
+    output_files = [p for p in list_checkpoint_files(output_dir) if p != MANIFEST_NAME]
+    doc: dict[str, Any] = {
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "producer": producer or {"name": "qualify", "version": __version__},
+        "source": {"repo": source_repo, "revision": source_revision,
+                   "files": file_entries(source_dir, list_checkpoint_files(source_dir))},
+        "output": {"files": file_entries(output_dir, output_files)},
+        "quantization": {
+            "format": "MXFP8",
+            "element_dtype": "float8_e4m3fn",
+            "scale_dtype": "uint8",
+            "scale_encoding": "e8m0-biased-127",
+            "block_size": mxfp8.BLOCK_SIZE,
+            "block_axis": "input",
+            "scale_layout": "row-major-unswizzled",
+            "scale_recipe": recipe,
+            "excluded_modules": list(excluded_modules),
+        },
+        "tensors": entries,
+        "aggregate": aggregate.to_dict(),
+    }
+    validate(doc, "manifest", what="the manifest being written")
+    return doc
+
+
+def write_manifest(output_dir: Path, doc: dict[str, Any]) -> Path:
+    import json
+
+    from .atomic import atomic_write_text
+
+    path = Path(output_dir) / MANIFEST_NAME
+    atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return path

@@ -25,14 +25,14 @@ def test_good_fixture_is_qualified(tmp_path):
     path = only_report(tmp_path)
     run = read_json(path)  # validates against the schema and recomputes the verdict
     assert str(run.verdict) == "qualified"
-    assert [lvl.name for lvl in run.levels] == ["structure", "format"]
+    assert [lvl.name for lvl in run.levels] == ["structure", "format", "reproduction"]
     assert all(c.status == "passed" for lvl in run.levels for c in lvl.checks)
-    assert len([c for lvl in run.levels for c in lvl.checks]) >= 18
+    assert len([c for lvl in run.levels for c in lvl.checks]) >= 20
     files = {f["path"]: f for f in run.checkpoint["files"]}
     assert set(files) >= {"model.safetensors", "conversion_manifest.json", "hf_quant_config.json", "config.json"}
     assert run.profile["name"] == "fixture" and len(run.profile["sha256"]) == 64
     md = (path.parent / "report.md").read_text()
-    assert "Status: qualified for checkpoint structure and MXFP8 format" in md
+    assert "Status: qualified for checkpoint structure, MXFP8 format, and exact format reproduction" in md
     assert "verdict: qualified" in proc.stdout
 
 

@@ -412,7 +412,10 @@ def test_optional_revision_still_rejects_a_branch(tmp_path: Path, fixture_text: 
 
 def test_unknown_level_name(tmp_path: Path, fixture_text: str) -> None:
     path = write_variant(
-        tmp_path, fixture_text, 'required = ["structure", "format"]', 'required = ["structure", "fromat"]'
+        tmp_path,
+        fixture_text,
+        'required = ["structure", "format", "reproduction"]',
+        'required = ["structure", "fromat"]',
     )
     assert "$.levels.required[1]: 'fromat' is not one of" in profile_error(path)
 
