@@ -10,6 +10,8 @@ import pytest
 from qualify.report import read_json
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
 
+pytestmark = pytest.mark.slow  # runs the real CLI in subprocesses
+
 
 def only_report(reports):
     runs = sorted(reports.glob("*/report.json"))

@@ -12,6 +12,8 @@ import pytest
 
 from fixtures.corpus import CASES
 
+pytestmark = pytest.mark.slow  # runs the real CLI in subprocesses
+
 REPO = Path(__file__).resolve().parent.parent
 TRACEBACK = "Traceback (most recent call last)"
 

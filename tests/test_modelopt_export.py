@@ -175,3 +175,30 @@ def test_format_checks_accept_the_genuine_export(export, ckpts, check):
     assert [s.file for s in qc.schemes] == ["hf_quant_config.json", "config.json quantization_config"]
     ev = CHECKS[check](exported, qc, cfg)
     assert ev.ok, ev.failure_text()
+
+
+@pytest.mark.slow
+def test_qualify_manifest_then_check_qualifies_the_export(export, tmp_path):
+    """The user path: `qualify manifest` on a ModelOpt export, then `qualify check` runs every checkpoint level."""
+    import shutil
+
+    from qualify.profile import load_profile
+    from tests.helpers import run_qualify
+
+    source_dir, export_dir = export
+    ckpt = tmp_path / "export"
+    shutil.copytree(export_dir, ckpt)
+    revision = "1" * 40
+    proc = run_qualify("manifest", str(source_dir), str(ckpt), "--source-repo", "qualify-fixtures/tiny-llama",
+                       "--source-revision", revision)
+    assert proc.returncode == 0, proc.stderr
+    assert "scale recipe modelopt" in proc.stdout
+    profile = tmp_path / "tiny-llama.toml"
+    text = load_profile("fixture").path.read_text()
+    profile.write_text(text.replace(load_profile("fixture").source_revision, revision)
+                       .replace('repo = "qualify-fixtures/dflash2-tiny"', 'repo = "qualify-fixtures/tiny-llama"'))
+    check = run_qualify("check", str(ckpt), "--source", str(source_dir), "--profile", str(profile),
+                        "--report-dir", str(tmp_path / "reports"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    for level in ("structure", "format", "reproduction"):
+        assert f"{level:<13} passed" in check.stdout

@@ -89,6 +89,7 @@ def test_torchao_rceil_differs_on_scale_byte_zero_blocks_and_says_why(tmp_path):
     assert ev.measured["quantized_identical"] == 19
 
 
+@pytest.mark.slow
 def test_convert_cli_reproduces_the_shipped_fixture_bytes(tmp_path):
     out = tmp_path / "converted"
     proc = run_qualify("convert", str(FIXTURE / "source"), str(out), "--source-repo", "qualify-fixtures/dflash2-tiny",
@@ -104,6 +105,7 @@ def test_convert_cli_reproduces_the_shipped_fixture_bytes(tmp_path):
     assert bad.returncode == 2 and "not a 40-hex commit" in bad.stderr
 
 
+@pytest.mark.slow
 def test_manifest_cli_then_check_qualifies_a_foreign_conversion(tmp_path):
     src = without_subnormal_blocks(FIXTURE / "source", tmp_path / "source")
     out = torchao_checkpoint(src, tmp_path / "torchao", "FLOOR")
