@@ -18,10 +18,10 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -qq --upgrade pip
 	# The CPU build of torch (pip takes it from local wheels where the machine has them).
-	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -qq "torch==2.13.0"
+	$(PY) -m pip install -qq -e ".[test]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

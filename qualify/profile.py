@@ -81,7 +81,18 @@ class Profile:
         runtime = d["runtime"]
         hardware = d["hardware"]
         dflash = d.get("dflash")
+        fmt = self.format
         return {
+            "source": {"repo": self.source_repo, "revision": self.source_revision},
+            "format": {
+                "element_dtype": d["format"].get("element_torch_dtype", fmt.element_dtype),
+                "scale_dtype": d["format"].get("scale_torch_dtype", fmt.scale_dtype),
+                "block_size": fmt.block_size,
+                "scale_layout": fmt.scale_layout,
+                "scale_recipe": fmt.scale_recipe,
+                "excluded_modules": list(fmt.excluded_modules),
+                "kv_cache_quant_algo": fmt.kv_cache_quant_algo,
+            },
             "target": {"repo": target["repo"], "revision": target["revision"] or None} if target else None,
             "runtime": {"image": runtime["image"], "digest": runtime["image_digest"] or None},
             "hardware": {"count": hardware["gpu_count"], "name": hardware.get("gpu_name")},

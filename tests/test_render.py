@@ -1,0 +1,64 @@
+"""The human-readable report claims exactly what the checks show, in the model card's words."""
+
+from __future__ import annotations
+
+from qualify.profile import load_profile
+from qualify.render import render_markdown, summary_lines, validation_status
+from qualify.report import Check, Evidence, LevelResult, Run, Status
+
+SEED = "glm53-flash-dflash2-mxfp8-tp4"
+
+
+def run_with(levels: dict[str, Status], profile: str = SEED) -> Run:
+    p = load_profile(profile)
+    run = Run(run_id="r-1", harness_version="0", started_at="2026-01-01T00:00:00Z",
+              profile={"name": p.name, "sha256": p.sha256, "conditions": p.conditions()},
+              checkpoint={"path": "/ckpt", "manifest_sha256": "a" * 64})
+    for name, status in levels.items():
+        ev = Evidence("rule")
+        if status is Status.FAILED:
+            ev.add("it is broken", file="model.safetensors", tensor="lm_head.weight")
+        run.levels.append(LevelResult(name, checks=[Check(f"{name}.c", name, "t", status, "m", ev)]))
+    return run
+
+
+def test_a_qualified_seed_run_states_the_seed_conditions():
+    run = run_with({n: Status.PASSED for n in ("structure", "format", "reproduction", "load", "smoke")})
+    text = validation_status(run)
+    assert text.startswith("Status: qualified for checkpoint structure, MXFP8 format, exact format reproduction, "
+                           "loading, and smoke inference under the following conditions:")
+    for line in (
+        "- Target: local-inference-lab/GLM-5.3-Flash-NVFP4 revision 520de24eabf507659eaef7c70f14fd584527facc",
+        "- Runtime: voipmonitor/vllm:glm53-flash-nvfp4-dflash2-community-20260830-r5",
+        "- Hardware: four NVIDIA RTX PRO 6000 Blackwell Workstation Edition GPUs",
+        "- Parallelism: tensor parallel size 4 and decode-context parallel size 1",
+        "- Target attention, MoE, linear, and tensor-parallel all-reduce: B12X",
+        "- DFlash attention: FlashAttention 2",
+        "- DFlash linear: B12X MXFP8",
+        "- DFlash proposal length: seven tokens",
+        "- CUDA graph mode: NONE for the load-and-inference qualification",
+        "- Source: incoai/GLM-5.3-Flash-DFlash2 at immutable revision dc77ff1c99eeb2df044ee3d4f0094eb033fee410",
+    ):
+        assert line in text.splitlines(), line
+    assert "Not qualified by this run: runtime throughput, CUDA graph performance" in text
+
+
+def test_checkpoint_only_runs_do_not_claim_runtime_conditions():
+    text = validation_status(run_with({"structure": Status.PASSED, "format": Status.PASSED}, "fixture"))
+    assert "Hardware" not in text and "Runtime:" not in text
+    assert "Status: qualified for checkpoint structure and MXFP8 format" in text
+    assert "loading" in text.split("Not qualified by this run:")[1]
+
+
+def test_a_failed_level_is_named_and_nothing_is_claimed_qualified():
+    run = run_with({"structure": Status.PASSED, "format": Status.FAILED, "reproduction": Status.SKIPPED})
+    text = validation_status(run)
+    assert text.startswith("Status: not qualified.")
+    assert "MXFP8 format (failed)" in text and "exact format reproduction (skipped)" in text
+    assert "qualified for" not in text
+    md = render_markdown(run)
+    assert "**Verdict: not qualified**" in md
+    assert "model.safetensors: tensor 'lm_head.weight': it is broken" in md
+    lines = summary_lines(run)
+    assert lines[-1] == "verdict: not qualified"
+    assert any("failed format.c" in line for line in lines)
