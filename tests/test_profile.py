@@ -202,6 +202,16 @@ def test_seed_profile_hard_values(seed_profile: Profile) -> None:
     assert d["levels"]["not_qualified"] == ["runtime throughput", "CUDA graph performance"]
 
     assert seed_profile.conditions() == {
+        "source": {"repo": "incoai/GLM-5.3-Flash-DFlash2", "revision": "dc77ff1c99eeb2df044ee3d4f0094eb033fee410"},
+        "format": {
+            "element_dtype": "float8_e4m3fn",
+            "scale_dtype": "uint8",
+            "block_size": 32,
+            "scale_layout": "row-major-unswizzled",
+            "scale_recipe": None,
+            "excluded_modules": ["lm_head"],
+            "kv_cache_quant_algo": None,
+        },
         "target": {"repo": "local-inference-lab/GLM-5.3-Flash-NVFP4", "revision": TARGET_REV},
         "runtime": {"image": SEED_IMAGE, "digest": None},
         "hardware": {"count": 4, "name": GPU_NAME},
@@ -397,7 +407,7 @@ def test_wrong_type(tmp_path: Path, fixture_text: str) -> None:
 
 def test_revision_that_is_a_branch_name(tmp_path: Path, fixture_text: str) -> None:
     path = write_variant(
-        tmp_path, fixture_text, 'revision = "976308728f389107b479d14ebfc7084a07a94916"', 'revision = "main"'
+        tmp_path, fixture_text, 'revision = "d9d86f1821eb6402dd4e82b4f14aba7141275e48"', 'revision = "main"'
     )
     message = profile_error(path)
     assert "$.source.revision: 'main' does not match" in message

@@ -13,10 +13,11 @@ from qualify import mxfp8
 from qualify import reproduce as r
 from qualify.convert import describe_conversion
 from qualify.manifest import load_manifest
+from qualify.profile import load_profile
 from qualify.safetensors_io import Checkpoint
 from tests.helpers import FIXTURE, run_qualify, write_checkpoint
 
-REVISION = "976308728f389107b479d14ebfc7084a07a94916"
+REVISION = load_profile("fixture").source_revision  # the shipped fixture source's stand-in commit
 PLANTED = "layers.0.self_attn.q_proj.weight"  # carries BF16-subnormal blocks (scale byte 0)
 
 
