@@ -46,6 +46,17 @@ LEVEL_TITLES: dict[str, str] = {
 }
 
 
+def parse_levels(text: str | None, default: tuple[str, ...] | list[str]) -> list[str]:
+    """``--levels structure,format`` -> the level names, checked; no text -> ``default``."""
+    if not text:
+        return list(default)
+    levels = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [lv for lv in levels if lv not in LEVELS]
+    if unknown:
+        raise UsageError(f"unknown level(s) {', '.join(unknown)}; known levels: {', '.join(LEVELS)}")
+    return levels
+
+
 class Status(StrEnum):
     PASSED = "passed"
     FAILED = "failed"

@@ -21,7 +21,7 @@ from typing import Any
 from . import __version__
 from .atomic import atomic_write_text
 from .checksums import sha256_files
-from .errors import HarnessError, QualifyError, UsageError
+from .errors import HarnessError, QualifyError
 from .manifest import MANIFEST_NAME, list_checkpoint_files
 from .profile import Profile
 from .render import render_markdown
@@ -40,16 +40,6 @@ def new_run_id(profile_name: str) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in profile_name)
     return f"{stamp}-{safe}-{secrets.token_hex(3)}"
-
-
-def parse_levels(text: str | None, profile: Profile) -> list[str]:
-    if not text:
-        return list(profile.required_levels)
-    levels = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [lv for lv in levels if lv not in LEVELS]
-    if unknown:
-        raise UsageError(f"unknown level(s) {', '.join(unknown)}; known levels: {', '.join(LEVELS)}")
-    return levels
 
 
 def environment() -> dict[str, Any]:
