@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from . import __version__
@@ -49,6 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("qualify: interrupted", file=sys.stderr)
         return EXIT_NOT_QUALIFIED
+    except Exception as exc:  # a bug in the harness: say so in one line, keep the traceback for those who ask
+        if os.environ.get("QUALIFY_DEBUG"):
+            traceback.print_exc()
+        print(f"qualify: internal error: {type(exc).__name__}: {exc} (a harness bug; set QUALIFY_DEBUG=1 for the "
+              "traceback)", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":
