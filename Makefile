@@ -12,7 +12,7 @@ SOURCE ?= fixtures/dflash2-tiny/source
 REPORTS ?= reports
 LEVELS ?=
 
-.PHONY: qualify test test-fast lint fixtures venv clean-venv
+.PHONY: qualify test test-fast lint fixtures venv clean-venv reliability
 
 venv: $(STAMP)
 
@@ -38,6 +38,10 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check qualify suites tests fixtures conftest.py
+
+# Every bad input in fixtures/corpus.py through the real CLI: cases, caught, tracebacks, "qualified" verdicts.
+reliability: $(STAMP)
+	$(PY) -m fixtures.run_corpus $$(mktemp -d) --summary
 
 fixtures: $(STAMP)
 	$(PY) -m fixtures.generate --variant tiny --out fixtures/dflash2-tiny

@@ -26,6 +26,13 @@ def test_block_normalization(checkpoint, profile, record):
     record(f.check_block_normalization(checkpoint, block_size=profile.format.block_size))
 
 
+def test_quant_config(checkpoint, profile, quant_config, record):
+    """The quantization config declares MXFP8, group 32, kv_cache_quant_algo and the tensors' exclusions."""
+    record(f.check_quant_config(checkpoint, quant_config, excluded_modules=profile.format.excluded_modules,
+                                kv_cache_quant_algo=profile.format.kv_cache_quant_algo,
+                                block_size=profile.format.block_size))
+
+
 def test_exclusions(checkpoint, profile, quant_config, record):
     """Excluded modules (lm_head) are present, unquantized and carry no scale."""
     record(f.check_exclusions(checkpoint, profile.format.excluded_modules, quant_config))
@@ -34,13 +41,6 @@ def test_exclusions(checkpoint, profile, quant_config, record):
 def test_linear_coverage(checkpoint, profile, quant_config, record):
     """No linear layer that is not excluded was left unquantized."""
     record(f.check_linear_coverage(checkpoint, profile.format.excluded_modules, quant_config))
-
-
-def test_quant_config(checkpoint, profile, quant_config, record):
-    """The quantization config declares MXFP8, group 32, kv_cache_quant_algo and the tensors' exclusions."""
-    record(f.check_quant_config(checkpoint, quant_config, excluded_modules=profile.format.excluded_modules,
-                                kv_cache_quant_algo=profile.format.kv_cache_quant_algo,
-                                block_size=profile.format.block_size))
 
 
 def test_model_config(checkpoint, model_config, record):

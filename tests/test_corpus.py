@@ -43,6 +43,7 @@ def test_case_fails_the_right_check(case, summary):
         assert word in text, f"{word!r} not in {text!r}"
 
 
-def test_corpus_names_are_unique():
+def test_corpus_is_large_and_its_names_unique():
     names = [c.name for c in CASES]
     assert len(names) == len(set(names))
+    assert len(names) >= 40

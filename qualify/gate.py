@@ -1,0 +1,200 @@
+"""The release gate: may *this* checkpoint ship on the strength of *this* report?
+
+A report can be valid and say "qualified" and still not license a release: it may be
+about other files, other conditions, or fewer levels than the release needs. The gate
+refuses unless every one of these holds, and names each one that does not:
+
+- the report validates against its schema and its stored verdict recomputes from its
+  checks (:func:`qualify.report.read_json`), and the verdict is "qualified";
+- the run was not interrupted and recorded no harness errors;
+- every required level is in the report and ``passed`` (failed, skipped, error,
+  not-run or missing are refusals). The required levels are ``--require``, else the
+  shipped profile's ``levels.required`` -- never the run's own list, since
+  ``qualify check --levels structure`` makes a "qualified" report of one level;
+- a report made under a shipped profile's name was made under that profile's exact
+  bytes (its sha256), so an edited copy with fewer requirements cannot pass as it;
+- the checkpoint identity matches what is being released: with a directory, every
+  file the report lists has the same size and sha256 there, and every load-relevant
+  file there is in the report; with a revision, the report's checkpoint revision is it.
+
+:func:`refusals` is pure (report, facts in; reasons out); :func:`describe_checkpoint`
+does the I/O of hashing a directory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from .checksums import sha256_files
+from .errors import UsageError
+from .report import LEVELS, Run, Status, Verdict
+
+REVISION_RE = re.compile(r"[0-9a-f]{40}")
+
+#: Files a runtime never reads when it loads a checkpoint: a model card added or edited
+#: after qualification must not block the release. Everything else is load-relevant
+#: (weights, configs, tokenizer files, custom code), so an unknown file is a refusal.
+NOT_LOAD_RELEVANT_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
+NOT_LOAD_RELEVANT_STEMS = ("LICENSE", "LICENCE", "NOTICE", "COPYING")
+
+
+@dataclass(frozen=True)
+class FileFact:
+    path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the release pipeline says it is releasing, and what it requires."""
+
+    required_levels: tuple[str, ...]
+    checkpoint_files: tuple[FileFact, ...] | None = None  # the directory's files, when --checkpoint is given
+    revision: str | None = None
+    profile_sha256: str | None = None  # the shipped profile's, when the report names a shipped profile
+
+
+def is_load_relevant(rel: str) -> bool:
+    name = PurePosixPath(rel).name
+    if any(part.startswith(".") for part in PurePosixPath(rel).parts):
+        return False  # .git/, .cache/huggingface/ download metadata, .gitattributes: never loaded
+    if name.lower().endswith(NOT_LOAD_RELEVANT_SUFFIXES):
+        return False
+    return name.upper().split(".")[0] not in NOT_LOAD_RELEVANT_STEMS
+
+
+def list_files(root: Path) -> list[str]:
+    """Every file under ``root`` ('/'-separated, sorted), skipping dot-directories.
+
+    The same listing as :func:`qualify.manifest.list_checkpoint_files`, which is what the
+    report's ``checkpoint.files`` came from; repeated here so the gate does not import
+    torch (tests/test_gate.py holds the two to the same answer).
+    """
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts[:-1]):
+            continue
+        if p.is_file() or p.is_symlink():
+            out.append(rel.as_posix())
+    return out
+
+
+def describe_checkpoint(root: Path) -> tuple[FileFact, ...]:
+    """Size and sha256 of every file in the directory about to be released."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"{root}: not a checkpoint directory")
+    rels = list_files(root)
+    for rel in rels:
+        if not (root / rel).is_file():
+            raise UsageError(f"{root / rel}: a broken link or not a regular file; the release cannot be hashed")
+    # A file that cannot be read raises CheckpointError naming it: the gate cannot vouch for it.
+    digests = sha256_files([root / r for r in rels], labels=rels)
+    return tuple(FileFact(r, digests[root / r], (root / r).stat().st_size) for r in rels)
+
+
+def shipped_profile(run: Run) -> tuple[tuple[str, ...], str] | None:
+    """(required levels, sha256) of the shipped profile the report names; None if it names no shipped one."""
+    from .profile import list_profiles, load_profile
+
+    name = run.profile.get("name")
+    if name not in list_profiles():
+        return None
+    profile = load_profile(name)
+    return profile.required_levels, profile.sha256
+
+
+def parse_require(text: str) -> tuple[str, ...]:
+    levels = [s.strip() for s in text.split(",") if s.strip()]
+    if not levels:
+        raise UsageError("--require names no level; give a comma-separated list, e.g. structure,format")
+    unknown = [lv for lv in levels if lv not in LEVELS]
+    if unknown:
+        raise UsageError(f"--require: unknown level(s) {', '.join(unknown)}; known levels: {', '.join(LEVELS)}")
+    return tuple(dict.fromkeys(levels))
+
+
+def check_revision_argument(revision: str) -> str:
+    if not REVISION_RE.fullmatch(revision):
+        raise UsageError(
+            f"--revision {revision!r} is not an immutable commit (40 lowercase hex); a branch or tag can move "
+            "after the gate has passed"
+        )
+    return revision
+
+
+def refusals(run: Run, expected: Expected) -> list[str]:
+    """Every reason the report does not license this release; empty means it does."""
+    reasons: list[str] = []
+    if run.interrupted:
+        reasons.append(f"the run was interrupted ({run.interrupted}) before it finished")
+    for err in run.errors:
+        reasons.append(f"the run recorded a harness error: {err}")
+
+    by_name = {lvl.name: lvl for lvl in run.levels}
+    for name in expected.required_levels:
+        lvl = by_name.get(name)
+        if lvl is None:
+            reasons.append(f"required level {name} is missing from the report")
+        elif lvl.status is not Status.PASSED:
+            bad = [f"{c.id} {c.status}" for c in lvl.checks if c.status is not Status.PASSED]
+            why = f" ({', '.join(bad)})" if bad else (f" ({lvl.reason})" if lvl.reason else " (no check ran)")
+            reasons.append(f"required level {name} is {lvl.status}{why}")
+    if run.verdict is not Verdict.QUALIFIED and not (run.interrupted or run.errors):
+        # A level the run required but the release does not still makes the report "not qualified".
+        others = [f"{lvl.name} {lvl.status}" for lvl in run.required_levels
+                  if lvl.status is not Status.PASSED and lvl.name not in expected.required_levels]
+        if not run.required_levels:
+            reasons.append("the report's verdict is not qualified: the run required no level")
+        elif others:
+            reasons.append(f"the report's verdict is not qualified: the run also required {', '.join(others)}")
+
+    if expected.profile_sha256 is not None and run.profile.get("sha256") != expected.profile_sha256:
+        reasons.append(
+            f"the report was made under profile {run.profile.get('name')} with sha256 "
+            f"{run.profile.get('sha256') or '(none recorded)'}, but the shipped profile of that name has sha256 "
+            f"{expected.profile_sha256}: its conditions are not the ones this release is qualified under"
+        )
+
+    if expected.revision is not None:
+        recorded = run.checkpoint.get("revision")
+        if not recorded:
+            reasons.append(f"the report records no checkpoint revision, so it cannot vouch for {expected.revision}")
+        elif recorded != expected.revision:
+            reasons.append(f"the report is about checkpoint revision {recorded}, not {expected.revision}")
+
+    if expected.checkpoint_files is not None:
+        reasons.extend(identity_refusals(run.checkpoint.get("files") or [], expected.checkpoint_files))
+    if run.verdict is not Verdict.QUALIFIED and not reasons:
+        # Unreachable by the rules above; kept so that no future rule can let a "not qualified" report through.
+        reasons.append("the report's verdict is not qualified")
+    return reasons
+
+
+def identity_refusals(reported: Sequence[dict], actual: Sequence[FileFact]) -> list[str]:
+    """The report's ``checkpoint.files`` against the directory being released."""
+    if not reported:
+        return ["the report lists no checkpoint files, so it cannot vouch for any directory"]
+    here = {f.path: f for f in actual}
+    out = []
+    seen = set()
+    for rec in sorted(reported, key=lambda r: r["path"]):
+        path = rec["path"]
+        seen.add(path)
+        got = here.get(path)
+        if got is None:
+            out.append(f"{path}: in the report but missing from the checkpoint directory")
+        elif rec.get("sha256") is None:
+            out.append(f"{path}: the report recorded no sha256 for it (hashing failed during the run)")
+        elif rec["sha256"] != got.sha256 or rec["size"] != got.size:
+            out.append(f"{path}: differs from the qualified file (size {rec['size']} -> {got.size}, "
+                       f"sha256 {rec['sha256'][:12]}... -> {got.sha256[:12]}...)")
+    for path in sorted(set(here) - seen):
+        if is_load_relevant(path):
+            out.append(f"{path}: in the checkpoint directory but not in the report (unqualified content)")
+    return out
