@@ -386,3 +386,22 @@ def check_model_config(ckpt: Checkpoint, config: dict[str, Any]) -> Evidence:
     ev.measured.update(tensors_compared=compared, layers=sorted(seen_layers))
     return ev
 
+
+
+def check_declared_format(declared: dict[str, Any], spec: Any, *, file: str = "conversion_manifest.json") -> Evidence:
+    """The manifest's declared quantization block agrees with the profile's format (a ``FormatSpec``)."""
+    ev = Evidence("the manifest declares the profile's format (block size, layout, exclusions, recipe)")
+    ev.measured.update(declared)
+    ev.expected.update(block_size=spec.block_size, scale_layout=spec.scale_layout,
+                       excluded_modules=list(spec.excluded_modules), scale_recipe=spec.scale_recipe)
+    if declared.get("block_size") != spec.block_size:
+        ev.add(f"block size {declared.get('block_size')}, the profile says {spec.block_size}", file=file)
+    if declared.get("scale_layout") != spec.scale_layout:
+        ev.add(f"scale layout {declared.get('scale_layout')!r}, the profile says {spec.scale_layout!r}", file=file)
+    missing = [p for p in spec.excluded_modules if p not in (declared.get("excluded_modules") or [])]
+    if missing:
+        ev.add(f"does not exclude {missing}, which the profile requires excluded", file=file)
+    recipe = declared.get("scale_recipe")
+    if spec.scale_recipe and recipe not in (None, spec.scale_recipe):
+        ev.add(f"scale recipe {recipe!r}, the profile pins {spec.scale_recipe!r}", file=file)
+    return ev

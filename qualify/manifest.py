@@ -203,8 +203,11 @@ def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
     real_root = root.resolve()
     checked = 0
     for section, base in (("output", root), ("source", None)):
-        files = (manifest_raw.get(section) or {}).get("files") or []
-        counts = Counter(f.get("path") for f in files if isinstance(f, dict))
+        # The raw JSON has not passed the schema yet: any part of it may have any type.
+        sec = manifest_raw.get(section)
+        files = sec.get("files") if isinstance(sec, dict) else None
+        files = files if isinstance(files, list) else []
+        counts = Counter(f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str))
         for path, n in counts.items():
             if n > 1:
                 ev.add(f"{section} file {path!r} is listed {n} times", file=MANIFEST_NAME)
@@ -262,13 +265,22 @@ def check_file_list(manifest: Manifest, root: Path) -> Evidence:
     return ev
 
 
-def check_checksums(files: tuple[FileEntry, ...], root: Path, *, what: str) -> Evidence:
-    """Every listed file's size and streamed sha256 equal the manifest's."""
+def check_checksums(files: tuple[FileEntry, ...], root: Path, *, what: str, complete: bool = False) -> Evidence:
+    """Every listed file's size and streamed sha256 equal the manifest's.
+
+    With ``complete``, every load-relevant file under ``root`` must also be listed: a source
+    whose weights are missing from the list would otherwise be "verified" by its config alone.
+    """
     ev = Evidence(f"{what} files match the manifest's sha256 and size")
     root = Path(root)
     if not files:
         ev.add(f"the manifest lists no {what} files", file=MANIFEST_NAME)
         return ev
+    if complete:
+        listed = {f.path for f in files}
+        for rel in list_checkpoint_files(root):
+            if rel.endswith(LOAD_RELEVANT_SUFFIXES) and rel not in listed and rel != MANIFEST_NAME:
+                ev.add(f"{what} file is not listed in the manifest: its content is unverified", file=rel)
     to_hash: list[tuple[FileEntry, Path]] = []
     for f in files:
         if _path_problem(f.path):

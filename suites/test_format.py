@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from qualify import format_checks as f
-from qualify.report import Evidence
 
 pytestmark = pytest.mark.format
 
@@ -50,18 +49,4 @@ def test_model_config(checkpoint, model_config, record):
 
 def test_declared_format(manifest, profile, record):
     """The manifest's declared quantization format is the profile's."""
-    spec, q = profile.format, manifest.quantization
-    ev = Evidence("the manifest declares the profile's format (block size, layout, exclusions, recipe)")
-    ev.measured.update(q)
-    ev.expected.update(block_size=spec.block_size, scale_layout=spec.scale_layout,
-                       excluded_modules=list(spec.excluded_modules), scale_recipe=spec.scale_recipe)
-    if q["block_size"] != spec.block_size:
-        ev.add(f"block size {q['block_size']}, the profile says {spec.block_size}", file=manifest.path.name)
-    if q["scale_layout"] != spec.scale_layout:
-        ev.add(f"scale layout {q['scale_layout']!r}, the profile says {spec.scale_layout!r}", file=manifest.path.name)
-    missing = [p for p in spec.excluded_modules if p not in q["excluded_modules"]]
-    if missing:
-        ev.add(f"does not exclude {missing}, which the profile requires excluded", file=manifest.path.name)
-    if spec.scale_recipe and q["scale_recipe"] not in (None, spec.scale_recipe):
-        ev.add(f"scale recipe {q['scale_recipe']!r}, the profile pins {spec.scale_recipe!r}", file=manifest.path.name)
-    record(ev)
+    record(f.check_declared_format(manifest.quantization, profile.format, file=manifest.path.name))
