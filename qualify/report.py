@@ -229,16 +229,6 @@ class LevelResult:
 
 
 @dataclass
-class FileRecord:
-    path: str
-    sha256: str | None
-    size: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "size": self.size}
-
-
-@dataclass
 class Run:
     """One qualification run: what was asked, on what, under which conditions, and what was found."""
 

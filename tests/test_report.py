@@ -115,3 +115,87 @@ def test_a_full_disk_leaves_the_old_report_and_no_temporary(tmp_path, monkeypatc
         r.write_json(make_run(), path)
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def full_run() -> Run:
+    """A run with every field set to something other than its default, so a lossy round trip shows."""
+    ev = Evidence("rule", measured={"x": 1.5, "inf": float("inf"), "t": (1, 2)}, expected={"y": "z"})
+    ev.add("broken", file="model.safetensors", tensor="lm_head.weight")
+    ev.add("also broken")
+    checks = [
+        Check("structure.a", "structure", "title a", Status.FAILED, "msg a", ev, duration_s=1.25),
+        Check("structure.b", "structure", "title b", Status.SKIPPED, "no source", None, duration_s=0.5),
+    ]
+    return Run(
+        run_id="r-2", harness_version="9.9", started_at="2026-01-01T00:00:00Z", command=["qualify", "check", "x"],
+        finished_at="2026-01-01T00:01:00Z", profile={"name": "fixture", "sha256": "b" * 64},
+        checkpoint={"path": "/c", "files": [{"path": "model.safetensors", "sha256": "c" * 64, "size": 3}]},
+        source={"path": "/s", "files": []}, environment={"python": "3.11"},
+        levels=[LevelResult("structure", required=True, checks=checks, reason=""),
+                LevelResult("format", required=False, checks=[], reason="not asked")],
+        interrupted="SIGTERM", errors=["disk full"],
+    )
+
+
+def test_every_field_survives_a_round_trip(tmp_path):
+    run = full_run()
+    r.write_json(run, tmp_path / "report.json")
+    back = r.read_json(tmp_path / "report.json")
+    assert back.to_dict() == run.to_dict()
+    c = back.levels[0].checks[0]
+    assert (c.id, c.level, c.title, c.status, c.message, c.duration_s) == (
+        "structure.a", "structure", "title a", Status.FAILED, "msg a", 1.25)
+    assert [str(f) for f in c.evidence.findings] == ["model.safetensors: tensor 'lm_head.weight': broken",
+                                                     "also broken"]
+    assert c.evidence.findings_total == 2 and c.evidence.measured["inf"] == "inf" and c.evidence.measured["t"] == [1, 2]
+    assert c.evidence.expected == {"y": "z"}
+    assert back.levels[0].checks[1].evidence is None
+    assert (back.levels[1].required, back.levels[1].reason) == (False, "not asked")
+    assert (back.command, back.finished_at, back.interrupted, back.errors) == (
+        ["qualify", "check", "x"], "2026-01-01T00:01:00Z", "SIGTERM", ["disk full"])
+    assert back.checkpoint["files"][0]["size"] == 3 and back.source == {"path": "/s", "files": []}
+    assert back.environment == {"python": "3.11"} and back.harness_version == "9.9"
+
+
+def test_unreadable_reports_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="no such report"):
+        r.read_json(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(UsageError, match="not a readable JSON report"):
+        r.read_json(tmp_path / "bad.json")
+    (tmp_path / "schema.json").write_text(json.dumps({"run_id": "x"}))
+    with pytest.raises(UsageError, match="fails its schema"):
+        r.read_json(tmp_path / "schema.json")
+
+
+def test_parse_levels():
+    assert r.parse_levels(None, ("structure", "format")) == ["structure", "format"]
+    assert r.parse_levels("", ["format"]) == ["format"]
+    assert r.parse_levels(" format , structure,", ()) == ["format", "structure"]
+    with pytest.raises(UsageError, match=r"unknown level\(s\) telepathy, x; known levels: structure, format"):
+        r.parse_levels("structure,telepathy,x", ())
+
+
+def test_run_level_finds_or_adds_an_unrequired_level():
+    run = make_run(LevelResult("structure"))
+    assert run.level("structure") is run.levels[0]
+    added = run.level("smoke")
+    assert added.name == "smoke" and added.required is False and run.levels[-1] is added
+    assert run.required_levels == [run.levels[0]]
+
+
+def test_failure_text_lists_findings_and_counts_the_rest():
+    ev = Evidence("the rule")
+    assert ev.ok and ev.failure_text() == "the rule\n"
+    ev.add("one", file="f")
+    ev.add("two", tensor="t")
+    assert not ev.ok
+    assert ev.failure_text() == "the rule\n  - f: one\n  - tensor 't': two"
+    assert str(r.Finding("m", None, None)) == "m"
+
+
+def test_qualified_levels_lists_only_passed_levels():
+    run = make_run(LevelResult("structure", checks=[check(Status.PASSED)]),
+                   LevelResult("format", checks=[check(Status.FAILED, "format", 1)]))
+    assert run.qualified_levels == ["structure"]
+    assert run.to_dict()["qualified_levels"] == ["structure"]
