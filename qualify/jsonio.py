@@ -7,6 +7,8 @@ quantization config that would let one file say two things, so duplicates are er
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,9 @@ def load_json_file(
     """Read and strictly parse ``path``; every failure is ``error`` naming the file."""
     shown = display or str(path)
     try:
+        # A FIFO or device would block read_bytes() forever; only regular files are read.
+        if Path(path).exists() and not stat.S_ISREG(os.stat(path).st_mode):
+            raise error("not a regular file", file=shown)
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise error("file is missing", file=shown) from None
