@@ -10,30 +10,34 @@ structure"; ``format`` *and* ``reproduction`` passed -> "exact format reproducti
 never claims the format was reproduced exactly when the format level failed);
 ``load`` -> "loading"; ``smoke`` -> "smoke inference"; other levels by their titles.
 
-What the runtime detected and loaded is read from the *measured* values of load and
-smoke checks. The contract for the suites' authors: one check per profile
-``[[evidence]]`` item, with id ``<level>.<name>`` (a suite test named
-``test_<name>`` in a module marked with the level), recording these measured keys:
+What the runtime detected and loaded is read from the *measured* values of passed
+checks of passed levels; a failed level proves nothing, even where one of its checks
+passed. The contract, for the load and smoke suites' authors:
 
-==================================================  ==========================================================
-check id                                            measured keys the card reads
-==================================================  ==========================================================
-``load.modelopt_mxfp8_detected``                    ``quantization`` (str): the method as the card names it,
-                                                    e.g. ``"ModelOpt MXFP8"``
-``load.b12x_mxfp8_linear_kernel_draft_gemms``       ``kernel`` (str): the kernel class selected for the draft
-                                                    GEMMs, e.g. ``"B12xMxfp8LinearKernel"``
-``load.b12x_mxfp8_linear_kernel_context_kv_proj``   ``kernel`` (str): the kernel selected for the fused DFlash
-                                                    context K/V projection
-``load.draft_weights_loaded``                       ``gb`` (number): the draft weight size as the log printed
-                                                    it; ``unit`` (str, optional, default ``"GB"``): the
-                                                    log's unit (``"GiB"`` is written as ``GiB``, not as GB)
-``smoke.speculative_request_completed``             ``completion_tokens`` (int): tokens the speculative
-                                                    request completed (from the API response's usage)
-==================================================  ==========================================================
+- **Log evidence** (the layout :func:`qualify.log_evidence.check_log_evidence` writes):
+  a check's ``measured["items"]`` maps each profile ``[[evidence]]`` name to the record
+  of what matched, ``{"line": str, "matches": int, "gb": [number, ...]}`` (``gb`` only
+  for items with ``expected_gb``), or to ``None`` when nothing matched. The card reads
+  these names, and its words come from the matched ``line``, so a card never names a
+  method or kernel the log did not print:
 
-Each should also record ``line`` (str), the log line that matched, as the proof a
-reader can check; the card does not print it. A clause is written only if its check
-passed, its level passed, and the keys it needs are present with the right types.
+  - ``modelopt_mxfp8_detected`` (load): "detected ModelOpt MXFP8", if the line says
+    ModelOpt MXFP8;
+  - ``b12x_mxfp8_linear_kernel_draft_gemms`` (load): "selected <K> for draft GEMMs",
+    K the ``...LinearKernel`` class the line names;
+  - ``b12x_mxfp8_linear_kernel_context_kv_proj`` (load): "... and the fused DFlash
+    context K/V projection" (the same K), or "... and <K2> for the fused ..." (another);
+  - ``draft_weights_loaded`` (load): "loaded <gb, 2 decimals> <unit> of draft
+    weights", when every ``gb`` value agrees to 2 decimals; the unit (GB or GiB) is the
+    one the line prints after that number, so 1.20 GiB is never written as 1.20 GB;
+  - ``speculative_request_completed`` (smoke): makes the request "speculative" (the
+    speculator drafted tokens).
+
+- **The smoke request**: a passed smoke check records ``measured["completion_tokens"]``
+  (int > 0), or ``measured["completions"]``, a list of
+  :meth:`qualify.serving.Completion.to_dict` records that all have the same
+  ``completion_tokens``. The card writes "completed a <N>-token speculative request"
+  (without "speculative" when no ``speculative_request_completed`` evidence passed).
 
 Pure functions: a :class:`~qualify.report.Run` in, text out. :mod:`qualify.render`
 shares the condition lines and the status head with this module.
@@ -41,6 +45,8 @@ shares the condition lines and the status head with this module.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from .report import LEVEL_TITLES, Check, Run, Status, Verdict
@@ -56,12 +62,17 @@ CARD_WORDS: dict[str, str] = {
 }
 FORMAT_REPRODUCTION_WORDS = "exact format reproduction"
 
-# Check ids of the runtime facts (see the module docstring for the measured keys).
-QUANTIZATION_CHECK = "load.modelopt_mxfp8_detected"
-DRAFT_GEMM_KERNEL_CHECK = "load.b12x_mxfp8_linear_kernel_draft_gemms"
-CONTEXT_KV_KERNEL_CHECK = "load.b12x_mxfp8_linear_kernel_context_kv_proj"
-WEIGHTS_CHECK = "load.draft_weights_loaded"
-SPECULATIVE_REQUEST_CHECK = "smoke.speculative_request_completed"
+# Names of the profile's [[evidence]] items the card reads (see the module docstring).
+QUANTIZATION_ITEM = "modelopt_mxfp8_detected"
+DRAFT_GEMM_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_draft_gemms"
+CONTEXT_KV_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_context_kv_proj"
+WEIGHTS_ITEM = "draft_weights_loaded"
+SPECULATIVE_ITEM = "speculative_request_completed"
+
+# What the card may say was detected, and the text a matched line must hold to say it.
+_QUANTIZATION_WORDS = ((re.compile(r"(?i)\bmodelopt[\s_-]*mxfp8\b"), "ModelOpt MXFP8"),)
+_KERNEL = re.compile(r"\b([A-Z]\w*LinearKernel)\b")
+_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s*(GiB|GB)\b")
 
 # The integration the support sentence names besides the detected quantization: what
 # this harness qualifies (DFlash 2 drafts served by vLLM), not something a report measures.
@@ -232,22 +243,45 @@ def _not_passed_words(run: Run) -> list[str]:
 # -- runtime facts ----------------------------------------------------------------------
 
 
-def _text(run: Run, check_id: str, key: str) -> str | None:
-    value = measured(run, check_id, key)
-    return value.strip() if isinstance(value, str) and value.strip() else None
+def passed_measured(run: Run, level: str) -> list[dict[str, Any]]:
+    """The measured values of the passed checks of ``level``, if the level itself passed; none otherwise."""
+    for lvl in run.levels:
+        if lvl.name == level and lvl.status is Status.PASSED:
+            return [c.evidence.measured for c in lvl.checks if c.status is Status.PASSED and c.evidence is not None]
+    return []
 
 
-def _number(run: Run, check_id: str, key: str) -> float | None:
-    value = measured(run, check_id, key)
-    # bool is an int to Python, never a size or a count to a reader.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+def evidence_item(run: Run, level: str, name: str) -> dict[str, Any] | None:
+    """The record of evidence item ``name`` found by a passed check of the passed ``level``."""
+    for m in passed_measured(run, level):
+        items = m.get("items")
+        record = items.get(name) if isinstance(items, dict) else None
+        if isinstance(record, dict) and isinstance(record.get("line"), str) and record["line"].strip():
+            return record
+    return None
+
+
+def _line(run: Run, level: str, name: str) -> str | None:
+    record = evidence_item(run, level, name)
+    return record["line"] if record else None
+
+
+def detected_quantization(run: Run) -> str | None:
+    line = _line(run, "load", QUANTIZATION_ITEM)
+    if line is None:
         return None
-    return float(value)
+    return next((words for pattern, words in _QUANTIZATION_WORDS if pattern.search(line)), None)
+
+
+def _kernel(run: Run, name: str) -> str | None:
+    line = _line(run, "load", name)
+    found = _KERNEL.search(line) if line else None
+    return found.group(1) if found else None
 
 
 def kernel_clause(run: Run) -> str | None:
-    gemms = _text(run, DRAFT_GEMM_KERNEL_CHECK, "kernel")
-    kv = _text(run, CONTEXT_KV_KERNEL_CHECK, "kernel")
+    gemms = _kernel(run, DRAFT_GEMM_KERNEL_ITEM)
+    kv = _kernel(run, CONTEXT_KV_KERNEL_ITEM)
     if gemms and kv:
         if gemms == kv:
             return f"selected {gemms} for draft GEMMs and the fused DFlash context K/V projection"
@@ -259,33 +293,57 @@ def kernel_clause(run: Run) -> str | None:
     return None
 
 
+def _is_number(value: Any) -> bool:
+    # bool is an int to Python, never a size or a count to a reader.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def weights_clause(run: Run) -> str | None:
-    gb = _number(run, WEIGHTS_CHECK, "gb")
-    if gb is None:
+    record = evidence_item(run, "load", WEIGHTS_ITEM)
+    if record is None:
         return None
-    unit = _text(run, WEIGHTS_CHECK, "unit") or "GB"
-    return f"loaded {gb:.2f} {unit} of draft weights"
+    values = record.get("gb")
+    values = values if isinstance(values, list) else [values]
+    if not values or not all(_is_number(v) and v > 0 for v in values):
+        return None
+    shown = {f"{v:.2f}" for v in values}
+    if len(shown) != 1:
+        return None  # the log printed sizes that differ at the precision the card would print
+    # The unit the log printed after that number: "1.20 GiB" is not 1.20 GB, and the card says which.
+    unit = next((m.group(2) for m in _SIZE.finditer(record["line"]) if float(m.group(1)) == float(values[0])), None)
+    if unit is None:
+        return None
+    return f"loaded {shown.pop()} {unit} of draft weights"
 
 
 def completed_tokens(run: Run) -> int | None:
-    value = measured(run, SPECULATIVE_REQUEST_CHECK, "completion_tokens")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    """The token count of the smoke request, from the first passed smoke check that records one."""
+    for m in passed_measured(run, "smoke"):
+        value = m.get("completion_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        completions = m.get("completions")
+        if isinstance(completions, list) and completions:
+            counts = {x.get("completion_tokens") if isinstance(x, dict) else None for x in completions}
+            n = next(iter(counts)) if len(counts) == 1 else None
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                return n
+    return None
+
+
+def request_clause(run: Run) -> str | None:
+    tokens = completed_tokens(run)
+    if tokens is None:
         return None
-    return value
+    speculative = " speculative" if evidence_item(run, "smoke", SPECULATIVE_ITEM) else ""
+    return f"completed {indefinite_article(tokens)} {tokens}-token{speculative} request"
 
 
 def runtime_facts(run: Run) -> list[str]:
     """The clauses of "The runtime detected ..., selected ..., loaded ..., and completed ...", in that order."""
-    clauses = []
-    quantization = _text(run, QUANTIZATION_CHECK, "quantization")
-    if quantization:
-        clauses.append(f"detected {quantization}")
-    for clause in (kernel_clause(run), weights_clause(run)):
-        if clause:
-            clauses.append(clause)
-    tokens = completed_tokens(run)
-    if tokens is not None:
-        clauses.append(f"completed {indefinite_article(tokens)} {tokens}-token speculative request")
+    quantization = detected_quantization(run)
+    clauses = [f"detected {quantization}"] if quantization else []
+    clauses += [c for c in (kernel_clause(run), weights_clause(run), request_clause(run)) if c]
     return clauses
 
 
@@ -301,7 +359,7 @@ def not_qualified_sentence(run: Run, *, after_smoke: bool) -> str | None:
 
 def support_sentence(run: Run) -> str | None:
     """Which runtime builds the checkpoint needs: said only once loading passed and the quantization was detected."""
-    quantization = _text(run, QUANTIZATION_CHECK, "quantization")
+    quantization = detected_quantization(run)
     if not quantization:
         return None
     return (f"The checkpoint is unsupported in {RUNTIME_FAMILY} builds that do not contain the {SPECULATOR_WORDS} "

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .checksums import sha256_files
-from .errors import UsageError
+from .errors import CheckpointError, UsageError
 from .report import LEVELS, Run, Status, Verdict
 
 REVISION_RE = re.compile(r"[0-9a-f]{40}")
@@ -92,7 +92,8 @@ def describe_checkpoint(root: Path) -> tuple[FileFact, ...]:
     rels = list_files(root)
     for rel in rels:
         if not (root / rel).is_file():
-            raise UsageError(f"{root / rel}: a broken link or not a regular file; the release cannot be hashed")
+            # The release itself is broken, not the command line: a refusal, not a usage error.
+            raise CheckpointError("a broken link or not a regular file; it cannot be hashed", file=rel)
     # A file that cannot be read raises CheckpointError naming it: the gate cannot vouch for it.
     digests = sha256_files([root / r for r in rels], labels=rels)
     return tuple(FileFact(r, digests[root / r], (root / r).stat().st_size) for r in rels)
@@ -131,6 +132,12 @@ def check_revision_argument(revision: str) -> str:
 def refusals(run: Run, expected: Expected) -> list[str]:
     """Every reason the report does not license this release; empty means it does."""
     reasons: list[str] = []
+    # The command line refuses these as usage errors; the function refuses them too, so
+    # no caller can get a pass by asking for nothing.
+    if not expected.required_levels:
+        reasons.append("no level is required, so the report cannot show that anything was qualified")
+    if expected.checkpoint_files is None and expected.revision is None:
+        reasons.append("no checkpoint identity (directory or revision) to compare the report with")
     if run.interrupted:
         reasons.append(f"the run was interrupted ({run.interrupted}) before it finished")
     for err in run.errors:
@@ -174,6 +181,25 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         # Unreachable by the rules above; kept so that no future rule can let a "not qualified" report through.
         reasons.append("the report's verdict is not qualified")
     return reasons
+
+
+def stored_contradictions(data: dict, run: Run) -> list[str]:
+    """Derived fields the report file stores (level statuses, qualified levels) that its checks do not give.
+
+    ``read_json`` recomputes the verdict; a level status or qualified-level list edited by
+    hand is just as much a sign that the file is not what the run wrote.
+    """
+    out = []
+    derived = {lvl.name: str(lvl.status) for lvl in run.levels}
+    for stored in data.get("levels", []):
+        name = stored.get("name")
+        if name in derived and stored.get("status") != derived[name]:
+            out.append(f"the report's level {name} says {stored.get('status')} but its checks give {derived[name]}; "
+                       "the report was altered or is corrupt")
+    if list(data.get("qualified_levels", [])) != run.qualified_levels:
+        out.append(f"the report's qualified levels {data.get('qualified_levels')} contradict its checks "
+                   f"({run.qualified_levels}); the report was altered or is corrupt")
+    return out
 
 
 def identity_refusals(reported: Sequence[dict], actual: Sequence[FileFact]) -> list[str]:

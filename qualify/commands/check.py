@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from . import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
+
+#: CI can ask for JUnit through `make qualify`, whose command line it does not own.
+JUNIT_ENV = "QUALIFY_JUNIT_XML"
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value) if value else None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS,
                    help="parent folder of the run folder (default: reports)")
     p.add_argument("--levels", help="comma-separated subset of levels (default: the profile's required levels)")
+    p.add_argument("--junit-xml", type=Path, metavar="PATH", default=_env_path(JUNIT_ENV),
+                   help=f"also write the checks as JUnit XML to PATH, for CI test reports (default: ${JUNIT_ENV}, "
+                   "if set)")
     p.set_defaults(func=run)
 
 
@@ -40,12 +52,16 @@ def run(args: argparse.Namespace) -> int:
 
     run_ = new_run(profile, args.checkpoint, args.source, levels, command=["qualify", *sys.argv[1:]])
     run_dir = make_run_dir(args.report_dir, run_.run_id)
-    code = run_suites(run_, profile=profile, checkpoint=args.checkpoint, source=args.source, report_dir=run_dir)
+    extra = ["--junitxml", str(args.junit_xml)] if args.junit_xml else []
+    code = run_suites(run_, profile=profile, checkpoint=args.checkpoint, source=args.source, report_dir=run_dir,
+                      extra_args=extra)
     print()
     for line in summary_lines(run_):
         print(line)
     print(f"report: {run_dir / 'report.json'}")
     print(f"        {run_dir / 'report.md'}")
+    if args.junit_xml:
+        print(f"junit:  {args.junit_xml}")
     if code in (3, 4):  # pytest: internal error / usage error: the harness, not the checkpoint
         return EXIT_ERROR
     return EXIT_QUALIFIED if str(run_.verdict) == "qualified" else EXIT_NOT_QUALIFIED

@@ -1,0 +1,104 @@
+"""Reports built in code, for the gate, card and diff tests (no suite run needed).
+
+:func:`seed_run` is a run of the seed profile whose checks passed and whose load and
+smoke evidence carry the runtime facts the seed model card records, in the measured
+keys qualify/card.py documents.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qualify.profile import load_profile
+from qualify.report import Check, Evidence, LevelResult, Run, Status
+
+SEED = "glm53-flash-dflash2-mxfp8-tp4"
+DRAFT_REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+FILES = [
+    {"path": "config.json", "sha256": "1" * 64, "size": 804},
+    {"path": "conversion_manifest.json", "sha256": "2" * 64, "size": 29866},
+    {"path": "hf_quant_config.json", "sha256": "3" * 64, "size": 224},
+    {"path": "model.safetensors", "sha256": "4" * 64, "size": 1_200_000_000},
+]
+
+# Server log lines as a vLLM build with the DFlash 2 and ModelOpt MXFP8 integration might
+# print them; each matches one of the seed profile's [[evidence]] patterns.
+LOAD_LOG = """\
+INFO 08-30 12:00:01 [config.py:1200] Detected ModelOpt MXFP8 checkpoint; using quantization modelopt_mxfp8
+INFO 08-30 12:00:02 [mxfp8.py:88] Using B12xMxfp8LinearKernel for DFlash draft GEMMs
+INFO 08-30 12:00:02 [dflash.py:210] B12xMxfp8LinearKernel selected for the fused context_kv_proj
+INFO 08-30 12:00:09 [gpu_model_runner.py:2001] Model loading took 20.41 GiB and 30.2 seconds
+INFO 08-30 12:00:11 [gpu_model_runner.py:2050] Loading drafter weights took 1.20 GB and 1.9 seconds
+"""
+SMOKE_LOG = """\
+INFO 08-30 12:01:00 [metrics.py:100] SpecDecoding metrics: Mean acceptance length: 4.1, Accepted: 24 tokens, \
+Drafted: 28 tokens
+"""
+COMPLETION = {"prompt": "smoke-1", "completion_tokens": 32, "finish_reason": "length", "token_ids": [1] * 32,
+              "text": "..."}
+
+#: (level, check name, measured): the checks of a passing seed run; None = from the logs above.
+SEED_CHECKS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("structure", "manifest_schema", {}),
+    ("structure", "output_checksums", {"files": 4}),
+    ("format", "weights", {"tensors": 120}),
+    ("format", "scales", {"tensors": 120}),
+    ("reproduction", "quantized_tensors", {"recipe": "modelopt", "tensors": 120}),
+    ("load", "ready", {"models": ["GLM-5.3-Flash-NVFP4"]}),
+    ("load", "load_evidence", None),
+    ("smoke", "smoke_evidence", None),
+    ("smoke", "request", {"completions": [COMPLETION]}),
+]
+
+
+def log_evidence(log: str, level: str, profile: str = SEED) -> dict[str, Any]:
+    """What the load suite records for this log: the real check, so the card reads what it writes."""
+    from qualify.log_evidence import check_log_evidence
+
+    ev = check_log_evidence(log, load_profile(profile), level)
+    assert ev.ok, ev.failure_text()  # a builder that makes failing evidence by accident would test nothing
+    return ev.measured
+
+
+def make_check(level: str, name: str, status: Status = Status.PASSED, measured: dict[str, Any] | None = None) -> Check:
+    ev = Evidence(f"rule of {name}", measured=dict(measured or {}))
+    if status is Status.FAILED:
+        ev.add("it is broken", file="model.safetensors")
+    return Check(f"{level}.{name}", level, name, status, ev.summary, ev)
+
+
+def make_run(profile: str = SEED, *, run_id: str = "r-1", files: list[dict[str, Any]] | None = None,
+             revision: str | None = DRAFT_REVISION) -> Run:
+    p = load_profile(profile)
+    return Run(
+        run_id=run_id, harness_version="0.1.0", started_at="2026-09-01T00:00:00Z",
+        finished_at="2026-09-01T01:00:00Z",
+        profile={"name": p.name, "path": str(p.path), "sha256": p.sha256, "conditions": p.conditions()},
+        checkpoint={"path": "/ckpt", "repo": "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8", "revision": revision,
+                    "manifest_sha256": "2" * 64, "files": [dict(f) for f in (FILES if files is None else files)]},
+        source={"path": "/src", "files": [{"path": "model.safetensors", "sha256": "5" * 64, "size": 2_400_000_000}]},
+        environment={"python": "3.11.7", "platform": "Linux", "packages": {"torch": "2.13.0"}},
+    )
+
+
+def seed_run(*, status: dict[str, Status] | None = None, measured: dict[str, dict[str, Any]] | None = None,
+             levels: tuple[str, ...] = ("structure", "format", "reproduction", "load", "smoke"),
+             load_log: str = LOAD_LOG, smoke_log: str = SMOKE_LOG, **kwargs: Any) -> Run:
+    """A seed-profile run. ``status`` overrides a check's status by id; ``measured`` replaces a check's measured."""
+    status, measured = status or {}, measured or {}
+    logs = {"load": load_log, "smoke": smoke_log}
+    run = make_run(**kwargs)
+    for level in levels:
+        lvl = LevelResult(level, required=True)
+        for lv, name, values in SEED_CHECKS:
+            if lv != level:
+                continue
+            cid = f"{lv}.{name}"
+            if cid in measured:
+                values = measured[cid]
+            elif values is None:
+                values = log_evidence(logs[lv], lv)
+            lvl.checks.append(make_check(lv, name, status.get(cid, Status.PASSED), values))
+        run.levels.append(lvl)
+    return run

@@ -1,0 +1,254 @@
+"""`qualify card`: the seed model card's Validation status, reproduced from a report, and never more."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from qualify.card import indefinite_article, validation_status_section
+from qualify.render import validation_status
+from qualify.report import Status, write_json
+from tests.helpers import TRACEBACK, run_qualify
+from tests.run_builders import COMPLETION, LOAD_LOG, log_evidence, seed_run
+
+SEED = Path("/work/shared/seed/000_dc485141736b43eb.txt")
+
+# The section as the card should print it: the seed's words with the whitespace its text
+# extraction lost put back ("NVFP4revision520de..." is "NVFP4 revision 520de...",
+# "auto(BF16)" is "auto (BF16)", "NONEfor" is "NONE for"), and blank lines between blocks.
+EXPECTED = """\
+## Validation status
+
+Status: qualified for checkpoint structure, exact format reproduction, loading, and smoke inference under the \
+following conditions:
+
+- Target: local-inference-lab/GLM-5.3-Flash-NVFP4 revision 520de24eabf507659eaef7c70f14fd584527facc
+- Runtime: voipmonitor/vllm:glm53-flash-nvfp4-dflash2-community-20260830-r5
+- Hardware: four NVIDIA RTX PRO 6000 Blackwell Workstation Edition GPUs
+- Parallelism: tensor parallel size 4 and decode-context parallel size 1
+- Target attention, MoE, linear, and tensor-parallel all-reduce: B12X
+- DFlash attention: FlashAttention 2
+- DFlash linear: B12X MXFP8
+- DFlash proposal length: seven tokens
+- DFlash KV cache: auto (BF16)
+- CUDA graph mode: NONE for the load-and-inference qualification
+
+The runtime detected ModelOpt MXFP8, selected B12xMxfp8LinearKernel for draft GEMMs and the fused DFlash context \
+K/V projection, loaded 1.20 GB of draft weights, and completed a 32-token speculative request. Runtime throughput \
+and CUDA graph performance are not qualified by that smoke test.
+
+The checkpoint is unsupported in vLLM builds that do not contain the DFlash 2 and ModelOpt MXFP8 integration used \
+by the qualified runtime.
+"""
+
+
+def _squash(text: str) -> str:
+    """A line with the whitespace, inline-code marks and heading marks that the seed's text lost removed."""
+    return re.sub(r"[\s`]", "", text).lstrip("#")
+
+
+def seed_section(text: str) -> str:
+    lines = text.splitlines()
+    start = lines.index("Validation status")
+    end = lines.index("Serving", start)
+    return "\n".join(lines[start:end])
+
+
+# -- the seed, reproduced ---------------------------------------------------------------
+
+
+def test_a_passing_seed_report_prints_the_seed_section_exactly():
+    card = validation_status_section(seed_run())
+    for i, (got, want) in enumerate(zip(card.splitlines(), EXPECTED.splitlines(), strict=True)):
+        assert got == want, f"line {i + 1}"
+
+
+@pytest.mark.skipif(not SEED.exists(), reason="seed model card not present; the expected text is checked above")
+def test_the_expected_text_is_the_seeds_section_line_by_line():
+    """Every line of EXPECTED, whitespace aside, is the next stretch of the seed's section, and nothing is left over."""
+    seed = _squash(seed_section(SEED.read_text(encoding="utf-8")))
+    at = 0
+    for line in EXPECTED.splitlines():
+        piece = _squash(line)
+        assert seed.startswith(piece, at), f"seed differs at {line!r}: seed has {seed[at:at + len(piece) + 20]!r}"
+        at += len(piece)
+    assert at == len(seed), f"seed text not in the card: {seed[at:]!r}"
+
+
+def test_the_card_comes_from_the_report_not_from_constants():
+    """Change what the log printed and what the request returned, and the card says the new values."""
+    run = seed_run(
+        load_log=LOAD_LOG.replace("took 1.20 GB", "took 1.2 GiB"),
+        measured={"smoke.request": {"completions": [{**COMPLETION, "completion_tokens": 8}]}},
+    )
+    card = validation_status_section(run)
+    assert "loaded 1.20 GiB of draft weights" in card  # GiB as printed: 1.20 GiB is not 1.20 GB
+    assert "completed an 8-token speculative request" in card
+
+
+def test_kernel_words_are_the_kernels_the_log_named():
+    items = log_evidence(LOAD_LOG, "load")["items"]
+    items["b12x_mxfp8_linear_kernel_context_kv_proj"]["line"] = "OtherMxfp8LinearKernel for context_kv_proj"
+    card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
+    assert ("selected B12xMxfp8LinearKernel for draft GEMMs and OtherMxfp8LinearKernel for the fused DFlash "
+            "context K/V projection") in card
+    items["b12x_mxfp8_linear_kernel_draft_gemms"] = None
+    items["b12x_mxfp8_linear_kernel_context_kv_proj"]["line"] = "a line that names no kernel"
+    card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
+    assert "selected" not in card and "LinearKernel" not in card
+
+
+def test_a_line_that_does_not_say_modelopt_mxfp8_is_not_called_so():
+    items = log_evidence(LOAD_LOG, "load")["items"]
+    items["modelopt_mxfp8_detected"]["line"] = "Detected some other format"
+    card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
+    assert "ModelOpt" not in card and "unsupported in vLLM builds" not in card
+    assert "The runtime selected B12xMxfp8LinearKernel" in card
+
+
+def test_a_request_without_speculative_evidence_is_not_called_speculative():
+    card = validation_status_section(seed_run(measured={"smoke.smoke_evidence": {"items": {
+        "speculative_request_completed": None}}}))
+    assert "completed a 32-token request" in card and "speculative request" not in card
+
+
+def test_render_and_card_share_the_runtime_conditions():
+    run = seed_run()
+    report_md = validation_status(run).splitlines()
+    for line in EXPECTED.splitlines():
+        if line.startswith("- "):
+            assert line in report_md, line
+
+
+# -- never more than the report shows ---------------------------------------------------
+
+
+def test_a_failed_smoke_level_claims_no_smoke_inference():
+    run = seed_run(status={"smoke.request": Status.FAILED})
+    card = validation_status_section(run)
+    status_line = card.splitlines()[2]
+    assert status_line.startswith("Status: not qualified.")
+    assert "qualified for" not in card
+    assert "Not passed: smoke inference (failed)." in status_line
+    # What did pass is named as not sufficient, not as qualified.
+    assert "Passed, but not sufficient for a release: checkpoint structure, exact format reproduction, and loading." \
+        in status_line
+    assert "32-token" not in card and "completed" not in card
+    assert "by that smoke test" not in card
+    assert "Runtime throughput and CUDA graph performance are not qualified." in card
+
+
+@pytest.mark.parametrize("measured", [{}, {"items": {}}, {"items": "none"},
+                                      {"items": {n: None for n in log_evidence(LOAD_LOG, "load")["items"]}},
+                                      {"items": {n: {"line": " "} for n in log_evidence(LOAD_LOG, "load")["items"]}}])
+def test_a_report_without_load_evidence_claims_nothing_the_runtime_showed(measured):
+    card = validation_status_section(seed_run(measured={"load.load_evidence": measured}))
+    assert "loaded" not in card and "1.20 GB" not in card
+    assert "detected" not in card and "B12xMxfp8LinearKernel" not in card
+    assert "unsupported in vLLM builds" not in card  # the support sentence needs the detected quantization
+    # The smoke request is still shown: its own checks recorded it.
+    assert "The runtime completed a 32-token speculative request." in card
+
+
+def test_a_report_without_runtime_levels_claims_no_runtime_facts_or_conditions():
+    card = validation_status_section(seed_run(levels=("structure", "format", "reproduction")))
+    assert card.splitlines()[2] == ("Status: qualified for checkpoint structure and exact format reproduction under "
+                                    "the following conditions:")
+    for word in ("loading", "smoke inference", "Runtime:", "Hardware:", "The runtime", "1.20 GB", "unsupported"):
+        assert word not in card, word
+    assert "- Source: incoai/GLM-5.3-Flash-DFlash2 at immutable revision dc77ff1c99eeb2df044ee3d4f0094eb033fee410" \
+        in card
+
+
+def test_a_failed_load_level_proves_nothing_even_where_one_of_its_checks_passed():
+    run = seed_run(status={"load.ready": Status.FAILED})
+    card = validation_status_section(run)
+    assert "loading (failed)" in card
+    assert "B12xMxfp8LinearKernel" not in card and "detected ModelOpt" not in card and "1.20 GB" not in card
+
+
+def test_a_failed_format_level_is_not_called_exact_format_reproduction():
+    card = validation_status_section(seed_run(status={"format.scales": Status.FAILED}))
+    assert "exact format reproduction" not in card
+    assert "MXFP8 format (failed)" in card
+    assert "bit-exact reproduction from the source" in card
+
+
+def test_skipped_or_not_run_levels_are_not_claimed():
+    card = validation_status_section(seed_run(status={"reproduction.quantized_tensors": Status.SKIPPED,
+                                                      "smoke.request": Status.NOT_RUN}))
+    assert card.splitlines()[2].startswith("Status: not qualified.")
+    assert "bit-exact reproduction from the source (skipped)" in card and "smoke inference (not-run)" in card
+    assert "exact format reproduction" not in card
+
+
+@pytest.mark.parametrize(("gb", "line"), [
+    (True, "drafter took 1 GB"), ([-1.2], "drafter took -1.2 GB"), ("1.20", "drafter 1.20 GB"),
+    ([float("nan")], "drafter nan GB"), (None, "drafter 1.20 GB"), ([], "drafter 1.20 GB"),
+    ([1.2, 1.3], "drafter 1.20 GB and 1.30 GB"),  # two sizes that differ at the card's precision
+    ([1.2], "drafter weights 1.2"),  # no unit after the number: GB or GiB cannot be told
+])
+def test_a_weight_size_that_cannot_be_stated_exactly_is_not_written(gb, line):
+    items = log_evidence(LOAD_LOG, "load")["items"]
+    items["draft_weights_loaded"] = {"line": line, "matches": 1, "gb": gb}
+    card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
+    assert "of draft weights" not in card
+    assert "detected ModelOpt MXFP8" in card  # the rest is still said
+
+
+@pytest.mark.parametrize("measured", [
+    {"completion_tokens": True}, {"completion_tokens": 0}, {"completion_tokens": -3}, {"completion_tokens": 32.0},
+    {"completion_tokens": "32"}, {"completions": []}, {"completions": [{**COMPLETION, "completion_tokens": None}]},
+    {"completions": [COMPLETION, {**COMPLETION, "completion_tokens": 31}]}, {"completions": ["x"]},
+])
+def test_a_token_count_that_cannot_be_stated_is_not_written(measured):
+    card = validation_status_section(seed_run(measured={"smoke.request": measured}))
+    assert "-token" not in card
+    assert "by that smoke test" not in card
+
+
+def test_interrupted_and_errored_runs_say_so():
+    run = seed_run()
+    run.interrupted = "SIGTERM"
+    run.errors.append("container exited")
+    head = validation_status_section(run).splitlines()[2]
+    assert head.startswith("Status: not qualified. The run was interrupted (SIGTERM)")
+    assert "The harness reported errors: container exited." in head
+
+
+@pytest.mark.parametrize(("n", "article"), [(1, "a"), (7, "a"), (8, "an"), (11, "an"), (18, "an"), (32, "a"),
+                                            (80, "an"), (110, "a"), (800, "an"), (11_000, "an"), (180_000, "a")])
+def test_indefinite_article(n, article):
+    assert indefinite_article(n) == article
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+def test_cli_prints_the_card_and_exits_0_for_a_qualified_report(tmp_path):
+    write_json(seed_run(), tmp_path / "report.json")
+    proc = run_qualify("card", str(tmp_path / "report.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == EXPECTED
+
+
+def test_cli_exits_1_for_a_not_qualified_report_and_says_so(tmp_path):
+    write_json(seed_run(status={"smoke.request": Status.FAILED}), tmp_path / "report.json")
+    proc = run_qualify("card", "--no-heading", str(tmp_path / "report.json"))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("Status: not qualified.")
+
+
+def test_cli_refuses_an_altered_report(tmp_path):
+    path = tmp_path / "report.json"
+    write_json(seed_run(status={"smoke.request": Status.FAILED}), path)
+    data = json.loads(path.read_text())
+    data["verdict"] = "qualified"  # edited by hand to say more than the checks show
+    path.write_text(json.dumps(data))
+    proc = run_qualify("card", str(path))
+    assert proc.returncode == 2
+    assert "contradicts its checks" in proc.stderr and TRACEBACK not in proc.stderr
+    assert proc.stdout == ""

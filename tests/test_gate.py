@@ -1,0 +1,388 @@
+"""`qualify gate`: a release ships only on a report that qualifies exactly this checkpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from qualify.cli import main
+from qualify.errors import UsageError
+from qualify.gate import (
+    Expected,
+    FileFact,
+    check_revision_argument,
+    identity_refusals,
+    is_load_relevant,
+    list_files,
+    parse_require,
+    refusals,
+    shipped_profile,
+)
+from qualify.profile import load_profile
+from qualify.report import Status, write_json
+from tests.helpers import FIXTURE, TRACEBACK, run_qualify
+from tests.run_builders import DRAFT_REVISION, FILES, SEED, seed_run
+
+SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke")
+ACTUAL = tuple(FileFact(f["path"], f["sha256"], f["size"]) for f in FILES)
+
+
+def expected(**kw) -> Expected:
+    kw.setdefault("required_levels", SEED_LEVELS)
+    kw.setdefault("checkpoint_files", ACTUAL)
+    kw.setdefault("profile_sha256", load_profile(SEED).sha256)
+    return Expected(**kw)
+
+
+# -- refusals (pure) --------------------------------------------------------------------
+
+
+def test_a_good_report_for_these_files_is_not_refused():
+    assert refusals(seed_run(), expected(revision=DRAFT_REVISION)) == []
+
+
+@pytest.mark.parametrize("status", [Status.FAILED, Status.SKIPPED, Status.ERROR, Status.NOT_RUN])
+def test_a_required_level_that_did_not_pass_is_refused_and_named(status):
+    reasons = refusals(seed_run(status={"format.scales": status}), expected())
+    assert f"required level format is {status} (format.scales {status})" in reasons
+
+
+def test_a_required_level_missing_from_the_report_is_refused():
+    # A "qualified" report of fewer levels: the run's own required list is never what the gate trusts.
+    run = seed_run(levels=("structure", "format", "reproduction"))
+    assert str(run.verdict) == "qualified"
+    reasons = refusals(run, expected())
+    assert reasons == ["required level load is missing from the report",
+                       "required level smoke is missing from the report"]
+
+
+def test_a_level_with_no_check_is_refused_with_its_reason():
+    run = seed_run()
+    run.level("smoke").checks.clear()
+    run.level("smoke").reason = "the container did not start"
+    assert "required level smoke is not-run (the container did not start)" in refusals(run, expected())
+
+
+def test_every_reason_is_given_not_just_the_first():
+    run = seed_run(status={"structure.output_checksums": Status.FAILED, "smoke.request":
+                           Status.ERROR}, revision="f" * 40)
+    run.interrupted = "SIGTERM"
+    run.errors.append("docker daemon not reachable")
+    actual = (*ACTUAL[:3], FileFact("model.safetensors", "9" * 64, FILES[3]["size"]))
+    reasons = refusals(run, expected(checkpoint_files=actual, revision=DRAFT_REVISION))
+    assert reasons == [
+        "the run was interrupted (SIGTERM) before it finished",
+        "the run recorded a harness error: docker daemon not reachable",
+        "required level structure is failed (structure.output_checksums failed)",
+        "required level smoke is error (smoke.request error)",
+        f"the report is about checkpoint revision {'f' * 40}, not {DRAFT_REVISION}",
+        "model.safetensors: differs from the qualified file (size 1200000000 -> 1200000000, "
+        "sha256 444444444444... -> 999999999999...)",
+    ]
+
+
+def test_asking_for_nothing_is_refused():
+    assert refusals(seed_run(), expected(required_levels=(), checkpoint_files=None)) == [
+        "no level is required, so the report cannot show that anything was qualified",
+        "no checkpoint identity (directory or revision) to compare the report with",
+    ]
+
+
+def test_an_interrupted_run_is_refused_even_if_every_level_passed():
+    run = seed_run()
+    run.interrupted = "KeyboardInterrupt"
+    assert refusals(run, expected()) == ["the run was interrupted (KeyboardInterrupt) before it finished"]
+
+
+def test_a_level_the_run_required_but_the_release_does_not_still_refuses():
+    run = seed_run(status={"smoke.request": Status.FAILED})
+    reasons = refusals(run, expected(required_levels=("structure",)))
+    assert reasons == ["the report's verdict is not qualified: the run also required smoke failed"]
+
+
+def test_a_run_that_required_nothing_is_refused():
+    run = seed_run()
+    for lvl in run.levels:
+        lvl.required = False
+    assert refusals(run, expected()) == ["the report's verdict is not qualified: the run required no level"]
+
+
+def test_a_report_made_under_an_edited_profile_of_a_shipped_name_is_refused():
+    run = seed_run()
+    run.profile["sha256"] = "0" * 64
+    (reason,) = refusals(run, expected())
+    assert "sha256 " + "0" * 64 in reason and "not the ones this release is qualified under" in reason
+    del run.profile["sha256"]
+    (reason,) = refusals(run, expected())
+    assert "(none recorded)" in reason
+
+
+def test_revision_must_be_recorded_and_equal():
+    assert refusals(seed_run(), expected(revision=DRAFT_REVISION, checkpoint_files=None)) == []
+    (reason,) = refusals(seed_run(revision=None), expected(revision=DRAFT_REVISION, checkpoint_files=None))
+    assert "records no checkpoint revision" in reason
+    (reason,) = refusals(seed_run(revision="a" * 40), expected(revision=DRAFT_REVISION, checkpoint_files=None))
+    assert "is about checkpoint revision " + "a" * 40 in reason
+
+
+# -- identity ---------------------------------------------------------------------------
+
+
+def test_identity_names_every_file_that_differs():
+    actual = [
+        FileFact("config.json", "1" * 64, 805),  # size differs
+        FileFact("conversion_manifest.json", "2" * 64, 29866),
+        # hf_quant_config.json: missing from the directory
+        FileFact("model.safetensors", "4" * 64, 1_200_000_000),
+        FileFact("model-00002-of-00002.safetensors", "6" * 64, 10),  # not qualified
+        FileFact("tokenizer.model", "7" * 64, 10),  # load-relevant: tokenizer
+        FileFact("modeling_dflash.py", "8" * 64, 10),  # load-relevant: custom code
+        FileFact("README.md", "9" * 64, 10),  # a model card, written after qualification
+        FileFact("LICENSE", "a" * 64, 10),
+        FileFact("assets/figure.png", "b" * 64, 10),
+    ]
+    assert identity_refusals(FILES, actual) == [
+        "config.json: differs from the qualified file (size 804 -> 805, sha256 111111111111... -> 111111111111...)",
+        "hf_quant_config.json: in the report but missing from the checkpoint directory",
+        "model-00002-of-00002.safetensors: in the checkpoint directory but not in the report (unqualified content)",
+        "modeling_dflash.py: in the checkpoint directory but not in the report (unqualified content)",
+        "tokenizer.model: in the checkpoint directory but not in the report (unqualified content)",
+    ]
+
+
+def test_a_file_the_report_lists_must_match_even_if_not_load_relevant():
+    reported = [*FILES, {"path": "README.md", "sha256": "c" * 64, "size": 10}]
+    (reason,) = identity_refusals(reported, [*ACTUAL, FileFact("README.md", "d" * 64, 10)])
+    assert reason.startswith("README.md: differs")
+
+
+def test_a_report_with_no_files_or_no_checksum_vouches_for_nothing():
+    assert identity_refusals([], ACTUAL) == [
+        "the report lists no checkpoint files, so it cannot vouch for any directory"]
+    reported = [dict(f) for f in FILES]
+    reported[0]["sha256"] = None
+    assert identity_refusals(reported, ACTUAL) == [
+        "config.json: the report recorded no sha256 for it (hashing failed during the run)"]
+
+
+@pytest.mark.parametrize(("path", "relevant"), [
+    ("model.safetensors", True), ("model.safetensors.index.json", True), ("config.json", True),
+    ("tokenizer.model", True), ("merges.txt", True), ("modeling.py", True), ("sub/dir/x.bin", True),
+    ("README.md", False), ("docs/usage.MD", False), ("LICENSE", False), ("LICENSE.txt", False),
+    ("NOTICE", False), ("image.PNG", False), (".gitattributes", False), (".cache/huggingface/x.json", False),
+])
+def test_load_relevance(path, relevant):
+    assert is_load_relevant(path) is relevant
+
+
+def test_the_gates_listing_is_the_reports(tmp_path):
+    from qualify.manifest import list_checkpoint_files
+
+    for rel in ("a.json", "sub/b.safetensors", ".hidden", ".git/HEAD", "x/.cache/y", "README.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    (tmp_path / "link.json").symlink_to(tmp_path / "a.json")
+    assert list_files(tmp_path) == list_checkpoint_files(tmp_path)
+    assert "x/.cache/y" not in list_files(tmp_path) and ".hidden" in list_files(tmp_path)
+
+
+# -- arguments --------------------------------------------------------------------------
+
+
+def test_parse_require():
+    assert parse_require("structure, format,structure") == ("structure", "format")
+    with pytest.raises(UsageError, match="unknown level"):
+        parse_require("structure,loading")
+    with pytest.raises(UsageError, match="names no level"):
+        parse_require(" , ")
+
+
+@pytest.mark.parametrize("rev", ["main", "v1.0", "A" * 40, "a" * 39, "a" * 41])
+def test_a_revision_must_be_an_immutable_commit(rev):
+    with pytest.raises(UsageError, match="not an immutable commit"):
+        check_revision_argument(rev)
+
+
+def test_shipped_profile_gives_its_required_levels():
+    levels, sha = shipped_profile(seed_run())
+    assert levels == SEED_LEVELS and sha == load_profile(SEED).sha256
+    run = seed_run()
+    run.profile["name"] = "my-own"
+    assert shipped_profile(run) is None
+
+
+# -- the command, on a real report ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory) -> Path:
+    """One real `qualify check` of the shipped fixture (about 5 s)."""
+    reports = tmp_path_factory.mktemp("reports")
+    proc = run_qualify("check", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"),
+                       "--report-dir", str(reports))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = reports.glob("*/report.json")
+    return path
+
+
+@pytest.fixture
+def release(tmp_path) -> Path:
+    """A private copy of the checkpoint about to be released."""
+    dest = tmp_path / "release"
+    shutil.copytree(FIXTURE / "mxfp8", dest)
+    return dest
+
+
+def edited(report: Path, tmp_path: Path, edit) -> Path:
+    data = json.loads(report.read_text())
+    edit(data)
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def gate(capsys):
+    """`qualify gate ARGS` in this process (the CLI's own main, exit code included): no interpreter start per call."""
+
+    def call(*args: str) -> Result:
+        capsys.readouterr()
+        code = main(["gate", *args])
+        out, err = capsys.readouterr()
+        assert TRACEBACK not in out + err
+        return Result(code, out, err)
+
+    return call
+
+
+@pytest.mark.slow
+def test_cli_passes_the_qualified_fixture(real_report, release, gate):
+    proc = gate(str(real_report), "--checkpoint", str(release))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("qualified: structure, format, reproduction passed")
+
+
+@pytest.mark.slow
+def test_cli_refuses_one_flipped_byte_and_names_the_file(real_report, release, gate):
+    raw = bytearray((release / "model.safetensors").read_bytes())
+    raw[-1] ^= 0x01
+    (release / "model.safetensors").write_bytes(bytes(raw))
+    proc = gate(str(real_report), "--checkpoint", str(release))
+    assert proc.returncode == 1
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("refused: model.safetensors: differs from the qualified file")
+
+
+@pytest.mark.slow
+def test_cli_refuses_an_unqualified_file_but_not_a_model_card(real_report, release, gate):
+    (release / "README.md").write_text("# GLM-5.3-Flash-DFlash2-MXFP8\n")
+    assert gate(str(real_report), "--checkpoint", str(release)).returncode == 0
+    (release / "tokenizer.json").write_text("{}")
+    proc = gate(str(real_report), "--checkpoint", str(release))
+    assert proc.returncode == 1
+    assert proc.stdout == "refused: tokenizer.json: in the checkpoint directory but not in the report " \
+        "(unqualified content)\n"
+
+
+@pytest.mark.slow
+def test_cli_refuses_levels_the_report_does_not_have(real_report, release, gate):
+    proc = gate(str(real_report), "--checkpoint", str(release), "--require", "structure,load")
+    assert proc.returncode == 1
+    assert proc.stdout == "refused: required level load is missing from the report\n"
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_report_made_for_fewer_levels_than_the_profile_requires(real_report, release, tmp_path, gate):
+    def drop_reproduction(d):
+        d["levels"] = [lv for lv in d["levels"] if lv["name"] != "reproduction"]
+        d["qualified_levels"] = [n for n in d["qualified_levels"] if n != "reproduction"]
+
+    proc = gate(str(edited(real_report, tmp_path, drop_reproduction)), "--checkpoint", str(release))
+    assert proc.returncode == 1
+    assert proc.stdout == "refused: required level reproduction is missing from the report\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda d: d["levels"][0].update(status="failed"), "level structure says failed but its checks give passed"),
+    (lambda d: d.update(qualified_levels=["structure"]), "qualified levels ['structure'] contradict its checks"),
+    (lambda d: d["levels"][0]["checks"][0].update(status="failed"), "contradicts its checks"),
+    (lambda d: d.pop("checkpoint"), "fails its schema"),
+    (lambda d: d.update(interrupted="SIGTERM", verdict="not qualified"), "interrupted (SIGTERM)"),
+    (lambda d: d.update(errors=["boom"], verdict="not qualified"), "harness error: boom"),
+    (lambda d: d["profile"].update(sha256="0" * 64), "not the ones this release is qualified under"),
+])
+def test_cli_refuses_reports_that_cannot_be_trusted(real_report, release, tmp_path, edit, words, gate):
+    proc = gate(str(edited(real_report, tmp_path, edit)), "--checkpoint", str(release))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert words in proc.stdout and proc.stdout.startswith("refused: ")
+
+
+@pytest.mark.slow
+def test_cli_needs_require_for_a_profile_it_does_not_ship(real_report, release, tmp_path, gate):
+    report = edited(real_report, tmp_path, lambda d: d["profile"].update(name="my-own"))
+    proc = gate(str(report), "--checkpoint", str(release))
+    assert proc.returncode == 2 and "--require" in proc.stderr
+    proc = gate(str(report), "--checkpoint", str(release), "--require", "structure,format,reproduction")
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.slow
+def test_cli_revision_is_compared(real_report, tmp_path, gate):
+    report = edited(real_report, tmp_path, lambda d: d["checkpoint"].update(revision=DRAFT_REVISION))
+    assert gate(str(report), "--revision", DRAFT_REVISION).returncode == 0
+    proc = gate(str(report), "--revision", "f" * 40)
+    assert proc.returncode == 1 and "not " + "f" * 40 in proc.stdout
+    proc = gate(str(real_report), "--revision", DRAFT_REVISION)
+    assert proc.returncode == 1 and "records no checkpoint revision" in proc.stdout
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_broken_link_in_the_release(real_report, release, gate):
+    (release / "extra.safetensors").symlink_to(release / "nowhere")
+    proc = gate(str(real_report), "--checkpoint", str(release))
+    assert proc.returncode == 1
+    assert "extra.safetensors" in proc.stdout and proc.stdout.startswith("refused: ")
+
+
+def test_cli_usage_errors_exit_2(tmp_path, gate):
+    report = tmp_path / "report.json"
+    write_json(seed_run(), report)
+    cases = [
+        ([str(report)], "--checkpoint DIR and/or --revision REV"),
+        ([str(tmp_path / "nope.json"), "--revision", DRAFT_REVISION], "no such report"),
+        ([str(report), "--revision", "main"], "not an immutable commit"),
+        ([str(report), "--revision", DRAFT_REVISION, "--require", "structure,bogus"], "unknown level"),
+        ([str(report), "--checkpoint", str(tmp_path / "missing")], "not a checkpoint directory"),
+    ]
+    for args, words in cases:
+        res = gate(*args)
+        assert res.returncode == 2, (args, res)
+        assert words in res.stderr and res.stdout == ""
+
+
+def test_cli_exit_codes_in_a_process_of_its_own(tmp_path):
+    """0, 1 and 2 as a release pipeline sees them, from `python -m qualify.cli`."""
+    good, truncated = tmp_path / "good.json", tmp_path / "truncated.json"
+    write_json(seed_run(), good)
+    truncated.write_text('{"verdict": "qualified"')
+    proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "structure, format, reproduction, load, smoke passed" in proc.stdout
+    proc = run_qualify("gate", str(truncated), "--revision", DRAFT_REVISION)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("refused: the report cannot be trusted:")
+    proc = run_qualify("gate", str(good))
+    assert proc.returncode == 2 and "qualify: error:" in proc.stderr
+    assert TRACEBACK not in proc.stderr
