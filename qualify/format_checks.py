@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from . import mxfp8
+from .checksums import thread_map
 from .quant_config import MODEL_CONFIG, QuantConfig, is_excluded, module_of
 from .report import Evidence
 from .safetensors_io import Checkpoint
@@ -84,6 +85,44 @@ def _u8(ckpt: Checkpoint, name: str) -> torch.Tensor:
         return torch.frombuffer(raw, dtype=torch.uint8)
 
 
+#: Bytes per step of the whole-tensor scans below: 1 MiB of scratch stays in cache and is
+#: reused, where a tensor-sized scratch costs a page fault per 4 KiB on every tensor.
+_SCAN_CHUNK = 1 << 20
+
+
+def _count_e4m3_nans(data: torch.Tensor) -> int:
+    """How many of the E4M3 bytes ``data`` (flat uint8) are NaN encodings (0x7F or 0xFF).
+
+    Those are the largest byte as uint8 (0xFF) and the largest as int8 (0x7F), so two
+    reductions, which write nothing, show whether there are any; only then are they
+    counted (in chunks: a bool mask summed makes an int64 copy, 8 bytes per element).
+    """
+    if not data.numel() or (int(data.max()) != 0xFF and int(data.view(torch.int8).max()) != 0x7F):
+        return 0
+    return sum(int(torch.count_nonzero(mxfp8.fp8_nan_mask(data[i:i + _SCAN_CHUNK])))
+               for i in range(0, data.numel(), _SCAN_CHUNK))
+
+
+def _block_max_magnitude(blocks: torch.Tensor) -> torch.Tensor:
+    """float32 ``[N, K/block]``: the largest |element| of each block of E4M3 bytes ``[N, K/block, block]``.
+
+    Read off the bytes instead of decoding every element to float32 (torch decodes
+    float8 one element at a time): an E4M3 byte's low 7 bits order as the magnitudes
+    they encode, with the NaN code 0x7F above all of them, so the uint8 max of
+    ``byte & 0x7F`` decodes to the same float32 as the max of the decoded |elements|,
+    NaN included.
+    """
+    rows = blocks.shape[0]
+    top = torch.empty(blocks.shape[:-1], dtype=torch.uint8)
+    step = max(1, _SCAN_CHUNK // max(1, blocks[0].numel()))
+    scratch = torch.empty((min(step, rows), *blocks.shape[1:]), dtype=torch.uint8)
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        magnitude = torch.bitwise_and(blocks[start:stop], 0x7F, out=scratch[: stop - start])
+        torch.amax(magnitude, dim=-1, out=top[start:stop])
+    return top.view(torch.float8_e4m3fn).float()
+
+
 def check_weights(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK_SIZE, tensor_parallel_size: int = 1) -> Evidence:
     """Quantized weights are F8_E4M3 ``[N, K]``, K divisible by the block (per TP shard too), no NaN bytes."""
     layout = Layout.of(ckpt)
@@ -98,6 +137,9 @@ def check_weights(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK_SIZE, tenso
         if dtype in OTHER_8BIT_DTYPES and name.endswith(WEIGHT_SUFFIX) and not name.endswith(SCALE_SUFFIX):
             ev.add(f"weight is stored as {dtype}; MXFP8 elements are {FP8} (float8_e4m3fn)",
                    file=ckpt.file_of(name), tensor=name)
+    # The NaN scan reads every weight byte: done on worker threads up front, reported in order below.
+    two_d = [name for name in layout.quantized if len(ckpt.info(name).shape) == 2]
+    nan_counts = dict(zip(two_d, thread_map(lambda name: _count_e4m3_nans(_u8(ckpt, name)), two_d), strict=True))
     for name in layout.quantized:
         info, file = ckpt.info(name), ckpt.file_of(name)
         if not name.endswith(WEIGHT_SUFFIX):
@@ -113,7 +155,7 @@ def check_weights(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK_SIZE, tenso
             ev.add(f"K = {k} split over {tensor_parallel_size} tensor-parallel ranks gives shards of "
                    f"{k / tensor_parallel_size:g}, not a multiple of {block_size}: unloadable at TP="
                    f"{tensor_parallel_size}", file=file, tensor=name)
-        nans = int((mxfp8.fp8_nan_mask(_u8(ckpt, name).view(torch.float8_e4m3fn))).sum())
+        nans = nan_counts[name]
         if nans:
             nan_total += nans
             ev.add(f"{nans} element(s) hold an E4M3 NaN encoding (0x7F/0xFF); a quantizer never produces one",
@@ -151,7 +193,11 @@ def check_scales(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK_SIZE) -> Evi
                 ev.add(f"scale shape {list(s.shape)} does not match weight {list(w.shape)}: expected {want}{why}",
                        file=sfile, tensor=scale)
                 continue
-        nans = int((_u8(ckpt, scale) == mxfp8.E8M0_NAN).sum())
+        scale_bytes = _u8(ckpt, scale)
+        # The NaN byte is the largest: one reduction says whether there is any to count.
+        nans = 0
+        if scale_bytes.numel() and int(scale_bytes.max()) == mxfp8.E8M0_NAN:
+            nans = int(torch.count_nonzero(scale_bytes == mxfp8.E8M0_NAN))
         if nans:
             nan_total += nans
             ev.add(f"{nans} scale byte(s) are 0xFF, the E8M0 NaN encoding", file=sfile, tensor=scale)
@@ -185,25 +231,35 @@ def check_block_normalization(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK
     ev.expected.update(block_max_range=[lo, hi])
     blocks = bad_total = 0
     layout = Layout.of(ckpt)
-    for name in layout.quantized:
+
+    def examine(name: str) -> tuple[int, int, int, int, float] | None:
+        """(blocks, unnormalised blocks, first row, first block, its max |element|), None if not examinable."""
         info = ckpt.info(name)
         scale = name[: -len(WEIGHT_SUFFIX)] + SCALE_SUFFIX
         if len(info.shape) != 2 or info.shape[1] % block_size or scale not in ckpt:
-            continue  # reported by check_weights / check_scales
+            return None  # reported by check_weights / check_scales
         sinfo = ckpt.info(scale)
         if sinfo.dtype != SCALE or list(sinfo.shape) != [info.shape[0], info.shape[1] // block_size]:
-            continue
-        q = _u8(ckpt, name).view(torch.float8_e4m3fn).reshape(info.shape[0], -1, block_size).float().abs()
-        bmax = q.amax(dim=-1)
+            return None
+        bmax = _block_max_magnitude(_u8(ckpt, name).reshape(info.shape[0], -1, block_size))
         clamped = _u8(ckpt, scale).reshape(bmax.shape) == 0  # exponent clamped at -127: tiny values
         off = (bmax != 0) & ~clamped & ((bmax < lo) | (bmax > hi))
-        n = int(off.sum())
-        blocks += bmax.numel()
+        n = int(torch.count_nonzero(off))
+        if not n:
+            return bmax.numel(), 0, 0, 0, 0.0
+        row, col = (int(i) for i in off.nonzero()[0])
+        return bmax.numel(), n, row, col, float(bmax[row, col])
+
+    # Every weight byte is read here, so tensors are examined on worker threads, reported in order.
+    for name, found in zip(layout.quantized, thread_map(examine, layout.quantized), strict=True):
+        if found is None:
+            continue
+        count, n, row, col, value = found
+        blocks += count
         if n:
             bad_total += n
-            row, col = (int(i) for i in off.nonzero()[0])
-            ev.add(f"{n} of {bmax.numel()} blocks are not normalised by their scale (first: row {row}, "
-                   f"block {col}, max |element| {float(bmax[row, col]):g}); the elements were not scaled "
+            ev.add(f"{n} of {count} blocks are not normalised by their scale (first: row {row}, "
+                   f"block {col}, max |element| {value:g}); the elements were not scaled "
                    "per 1x32 block along K (transposed, per-tensor or wrongly blocked)",
                    file=ckpt.file_of(name), tensor=name)
     ev.measured.update(blocks=blocks, unnormalised_blocks=bad_total)

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import __version__, mxfp8, statistics
-from .checksums import sha256_files
+from .checksums import StepProgress, sha256_files, thread_map
 from .errors import CheckpointError, ManifestError
 from .jsonio import load_json_file
 from .report import Evidence
@@ -404,23 +404,33 @@ def check_statistics(
     if not quantized:
         ev.add("the manifest marks no tensor as quantized: there is nothing to verify", file=MANIFEST_NAME)
         return ev
-    for entry in quantized:
+
+    def recompute(entry: TensorEntry) -> statistics.WeightStatistics | tuple[str, str | None]:
+        """The statistics, or the finding (message, file) that says why there are none."""
         name = entry.source_name
         if name not in checkpoint or name + SCALE_SUFFIX not in checkpoint or name not in source:
-            ev.add("cannot recompute: weight, scale or source tensor is missing", tensor=name)
-            continue
+            return "cannot recompute: weight, scale or source tensor is missing", None
         try:
-            stats = recompute_statistics(entry, checkpoint, source, manifest.scale_recipe)
+            return recompute_statistics(entry, checkpoint, source, manifest.scale_recipe)
         except CheckpointError as exc:
-            ev.add(exc.detail, tensor=name, file=exc.file)
-            continue
+            return exc.detail, exc.file
         except (TypeError, ValueError) as exc:  # dtypes or shapes that are not MXFP8 at all
-            ev.add(f"cannot recompute statistics: {exc}", tensor=name, file=checkpoint.file_of(name))
-            continue
-        recomputed.append(stats)
-        diffs = statistics.compare(entry.statistics or {}, stats.to_dict(), rtol=rtol, atol=atol)
-        if diffs:
-            ev.add("statistics differ from the tensors: " + "; ".join(diffs), tensor=name, file=MANIFEST_NAME)
+            return f"cannot recompute statistics: {exc}", checkpoint.file_of(name)
+
+    # Tensors are recomputed on worker threads, a few at a time, and reported in manifest order.
+    sizes = [source.info(e.source_name).nbytes if e.source_name in source else 0 for e in quantized]
+    with StepProgress("statistics", f"{len(quantized)} tensors", sum(sizes)) as bar:
+        for entry, size, stats in zip(quantized, sizes, thread_map(recompute, quantized), strict=True):
+            bar.advance(size)
+            name = entry.source_name
+            if isinstance(stats, tuple):
+                message, file = stats
+                ev.add(message, tensor=name, file=file)
+                continue
+            recomputed.append(stats)
+            diffs = statistics.compare(entry.statistics or {}, stats.to_dict(), rtol=rtol, atol=atol)
+            if diffs:
+                ev.add("statistics differ from the tensors: " + "; ".join(diffs), tensor=name, file=MANIFEST_NAME)
     if len(recomputed) == len(quantized):
         agg = statistics.aggregate(recomputed)
         diffs = statistics.compare(manifest.aggregate, agg.to_dict(), rtol=rtol, atol=atol)

@@ -147,7 +147,12 @@ def block_exponents(
     flat = _check_source(weight, block_size, name)
     rows, k = flat.shape
     out = torch.empty((rows, k // block_size), dtype=torch.int32)
-    for start, stop, _, amax in _blocked_chunks(flat, block_size, name, weight.shape):
+    if flat.dtype == torch.bfloat16:
+        scratch = torch.empty((min(_chunk_rows(k), rows), k // block_size, block_size), dtype=torch.int16)
+        chunks = _blocked_chunks_bf16(flat, block_size, name, weight.shape, scratch)
+    else:
+        chunks = _blocked_chunks(flat, block_size, name, weight.shape)
+    for start, stop, _, amax in chunks:
         out[start:stop] = _exponents_from_amax(amax, recipe)
     return out.reshape(*weight.shape[:-1], k // block_size)
 
@@ -173,10 +178,27 @@ def quantize(
     blocks = k // block_size
     data = torch.empty((rows, k), dtype=torch.float8_e4m3fn)
     scale = torch.empty((rows, blocks), dtype=torch.uint8)
+    if flat.dtype == torch.bfloat16:
+        _quantize_bf16(flat, recipe, block_size, name, weight.shape, data, scale)
+    else:
+        _quantize_float32(flat, recipe, block_size, name, weight.shape, data, scale)
+    return MXFP8Weight(
+        data=data.reshape(weight.shape),
+        scale=scale.reshape(*weight.shape[:-1], blocks),
+    )
+
+
+def _quantize_float32(
+    flat: torch.Tensor, recipe: ScaleRecipe, block_size: int, name: str | None, shape: torch.Size,
+    data: torch.Tensor, scale: torch.Tensor,
+) -> None:
+    """Any source dtype: each chunk widened to float32 (exact), scaled, clamped, cast."""
+    rows, k = flat.shape
+    blocks = k // block_size
     # One float32 buffer reused by every chunk: allocating a fresh tens-of-MiB tensor
     # per chunk costs more in page faults than the arithmetic itself.
     work = torch.empty((min(_chunk_rows(k), rows), blocks, block_size), dtype=torch.float32)
-    for start, stop, chunk, amax in _blocked_chunks(flat, block_size, name, weight.shape):
+    for start, stop, chunk, amax in _blocked_chunks(flat, block_size, name, shape):
         exponent = _exponents_from_amax(amax, recipe)
         scale[start:stop] = (exponent + E8M0_BIAS).to(torch.uint8)
         scaled = work[: stop - start]
@@ -184,10 +206,40 @@ def quantize(
         scaled.mul_(_pow2_neg(exponent).unsqueeze(-1))
         scaled.clamp_(-E4M3_MAX, E4M3_MAX)
         data[start:stop].view(stop - start, blocks, block_size).copy_(scaled)
-    return MXFP8Weight(
-        data=data.reshape(weight.shape),
-        scale=scale.reshape(*weight.shape[:-1], blocks),
-    )
+
+
+def _quantize_bf16(
+    flat: torch.Tensor, recipe: ScaleRecipe, block_size: int, name: str | None, shape: torch.Size,
+    data: torch.Tensor, scale: torch.Tensor,
+) -> None:
+    """BF16 sources (what checkpoints hold), bit-identical to :func:`_quantize_float32` and
+    about twice as fast, because every full-size pass stays 2 bytes wide.
+
+    - The block amax comes from the bits (:func:`_blocked_chunks_bf16`), not ``abs`` and
+      a BF16 ``amax``.
+    - The element scaling ``x * 2**-exponent`` is done in BF16. BF16 has float32's
+      exponent range, so a power-of-two multiple of a BF16 value is exact in BF16
+      exactly when it is in float32: whenever the product is normal (>= 2**-126). A
+      smaller product may round differently in the two formats, but it is far below
+      half of E4M3's smallest subnormal (2**-10), so both round to a zero of the same
+      sign. The cast to E4M3 then widens BF16 to float32 exactly and rounds once.
+    - The clamp to +-448 runs only on chunks where some block's scaled amax exceeds 448
+      (the amax is the block's largest magnitude, so otherwise the clamp changes nothing):
+      ``modelopt`` scales almost never saturate, ``ocp-floor`` ones often do.
+    """
+    rows, k = flat.shape
+    blocks = k // block_size
+    n = min(_chunk_rows(k), rows)
+    work = torch.empty((n, blocks, block_size), dtype=torch.bfloat16)
+    magnitude = torch.empty((n, blocks, block_size), dtype=torch.int16)
+    for start, stop, chunk, amax in _blocked_chunks_bf16(flat, block_size, name, shape, magnitude):
+        exponent = _exponents_from_amax(amax, recipe)
+        scale[start:stop] = (exponent + E8M0_BIAS).to(torch.uint8)
+        factor = _pow2_neg(exponent)
+        scaled = torch.mul(chunk, factor.to(torch.bfloat16).unsqueeze(-1), out=work[: stop - start])
+        if bool((amax * factor > E4M3_MAX).any()):  # exact: amax is a BF16 value, factor a power of two
+            scaled.clamp_(-E4M3_MAX, E4M3_MAX)
+        data[start:stop].view(stop - start, blocks, block_size).copy_(scaled)
 
 
 def dequantize(
@@ -336,6 +388,38 @@ def _blocked_chunks(
         finite = torch.isfinite(amax)
         if not bool(finite.all()):
             _raise_non_finite(flat[start:stop], finite, block_size, name, start, shape)
+        yield start, stop, chunk, amax
+
+
+#: The magnitude bits (sign cleared) of the BF16 infinity; every larger pattern is a NaN.
+_BF16_INF_BITS = 0x7F80
+_BF16_MAGNITUDE_MASK = 0x7FFF
+
+
+def _blocked_chunks_bf16(
+    flat: torch.Tensor, block_size: int, name: str | None, shape: torch.Size, magnitude: torch.Tensor
+) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
+    """:func:`_blocked_chunks` for a BF16 ``flat``, with the amax taken from the bit patterns.
+
+    With the sign bit cleared, BF16 bit patterns read as int16 are ordered as the
+    magnitudes they encode, infinity (0x7F80) above every finite value and the NaNs
+    above it. So the block amax is the int16 max of ``bits & 0x7FFF`` (one narrow
+    integer pass and reduction instead of ``abs`` and a BF16 ``amax``), a block is
+    finite iff that max is below 0x7F80, and ``max << 16`` is the amax's float32 bit
+    pattern, exactly. ``magnitude`` is an int16 scratch buffer of at least one chunk.
+    """
+    rows, k = flat.shape
+    blocks = k // block_size
+    step = _chunk_rows(k)
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        chunk = flat[start:stop].reshape(stop - start, blocks, block_size)  # a copy only if not contiguous
+        mag = torch.bitwise_and(chunk.view(torch.int16), _BF16_MAGNITUDE_MASK, out=magnitude[: stop - start])
+        top = mag.amax(dim=-1)
+        finite = top < _BF16_INF_BITS
+        if not bool(finite.all()):
+            _raise_non_finite(flat[start:stop], finite, block_size, name, start, shape)
+        amax = torch.bitwise_left_shift(top.to(torch.int32), 16).view(torch.float32)
         yield start, stop, chunk, amax
 
 

@@ -48,6 +48,45 @@ class FormatSpec:
 
 
 @dataclass(frozen=True)
+class AcceptanceSpec:
+    """``[acceptance]``: the prompt set, the requests, and the gate's thresholds (compared with lower bounds)."""
+
+    prompts: Path  # resolved against the profile's folder
+    max_tokens: int
+    temperature: float
+    min_acceptance_rate: float
+    min_mean_acceptance_length: float
+    min_category_acceptance_rate: float | None
+    min_prompts: int
+    confidence: float
+    bootstrap_resamples: int
+    bootstrap_seed: int
+    request_timeout_s: float
+
+
+@dataclass(frozen=True)
+class LosslessnessSpec:
+    """``[losslessness]``: greedy outputs with the speculator against the target alone."""
+
+    max_tokens: int
+    min_identical_fraction: float
+    reference_endpoint: str | None
+
+
+@dataclass(frozen=True)
+class ThroughputSpec:
+    """``[throughput]``: measured always; gated only by the bounds that are stated."""
+
+    max_tokens: int
+    concurrency: int
+    temperature: float
+    rounds: int
+    min_output_tokens_per_s: float | None
+    max_mean_ttft_s: float | None
+    max_mean_itl_s: float | None
+
+
+@dataclass(frozen=True)
 class Profile:
     """A loaded, validated profile. ``data`` is the TOML as parsed; treat it as read-only."""
 
@@ -69,6 +108,65 @@ class Profile:
     def source_revision(self) -> str | None:
         """The immutable source commit the profile qualifies against; None when it pins none."""
         return (self.data.get("source") or {}).get("revision") or None
+
+    @property
+    def endpoint(self) -> str:
+        """The OpenAI-compatible endpoint the serving levels talk to (``$.runtime.endpoint``)."""
+        return str(self.data["runtime"]["endpoint"])
+
+    @property
+    def served_model_name(self) -> str:
+        """The model name requests and counters are filtered by."""
+        runtime = self.data["runtime"]
+        return str(runtime.get("served_model_name") or runtime["env"]["SERVED_MODEL_NAME"])
+
+    @property
+    def acceptance(self) -> AcceptanceSpec | None:
+        """``[acceptance]``, or None when the profile states no acceptance gate."""
+        a = self.data.get("acceptance")
+        if a is None:
+            return None
+        return AcceptanceSpec(
+            prompts=(self.path.parent / a["prompts"]).resolve(),
+            max_tokens=int(a["max_tokens"]),
+            temperature=float(a["temperature"]),
+            min_acceptance_rate=float(a["min_acceptance_rate"]),
+            min_mean_acceptance_length=float(a["min_mean_acceptance_length"]),
+            min_category_acceptance_rate=(
+                float(a["min_category_acceptance_rate"]) if "min_category_acceptance_rate" in a else None
+            ),
+            min_prompts=int(a.get("min_prompts", 1)),
+            confidence=float(a.get("confidence", 0.95)),
+            bootstrap_resamples=int(a.get("bootstrap_resamples", 2000)),
+            bootstrap_seed=int(a.get("bootstrap_seed", 0)),
+            request_timeout_s=float(a.get("request_timeout_s", 120.0)),
+        )
+
+    @property
+    def losslessness(self) -> LosslessnessSpec | None:
+        x = self.data.get("losslessness")
+        if x is None:
+            return None
+        return LosslessnessSpec(int(x["max_tokens"]), float(x["min_identical_fraction"]), x.get("reference_endpoint"))
+
+    @property
+    def throughput(self) -> ThroughputSpec | None:
+        x = self.data.get("throughput")
+        if x is None:
+            return None
+
+        def opt(key: str) -> float | None:
+            return float(x[key]) if key in x else None
+
+        return ThroughputSpec(
+            max_tokens=int(x["max_tokens"]),
+            concurrency=int(x["concurrency"]),
+            temperature=float(x.get("temperature", 0.0)),
+            rounds=int(x.get("rounds", 1)),
+            min_output_tokens_per_s=opt("min_output_tokens_per_s"),
+            max_mean_ttft_s=opt("max_mean_ttft_s"),
+            max_mean_itl_s=opt("max_mean_itl_s"),
+        )
 
     def conditions(self) -> dict[str, Any]:
         """The qualified conditions, in the model card's vocabulary, for the report.

@@ -35,6 +35,20 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--profile", default=None, help="qualification profile: a shipped name or a .toml path")
     group.addoption("--report-dir", type=Path, default=None, help="write report.json and report.md here")
     group.addoption("--levels", default=None, help="comma-separated levels to run (default: the profile's)")
+    group.addoption("--endpoint", default=None, help="OpenAI endpoint (default: the profile's runtime.endpoint)")
+    group.addoption("--reference-endpoint", default=None, help="the target served without a speculator (losslessness)")
+    # The runtime levels (load): how the pinned runtime container is launched.
+    group.addoption("--draft-revision", default=None, help="the draft's immutable commit (DFLASH_MODEL_REVISION)")
+    group.addoption("--allow-unpinned", action="store_true", default=False,
+                    help="launch with a moving image tag or revision; the report then says not reproducible")
+    group.addoption("--hf-cache", type=Path, default=None,
+                    help="a Hugging Face hub cache mounted read-only into the runtime (else --checkpoint is mounted)")
+    group.addoption("--pass-hf-token", action="store_true", default=False,
+                    help="pass HF_TOKEN into the runtime by name (its value is never printed)")
+    group.addoption("--startup-timeout", type=float, default=None,
+                    help="seconds the runtime may take to serve (default: the profile's, else 1800)")
+    group.addoption("--runtime-log-dir", type=Path, default=None,
+                    help="where the runtime's server.log goes (default: the run's report folder)")
 
 
 def level_of(item: pytest.Item) -> str | None:

@@ -1,0 +1,85 @@
+"""Keep secrets (Hugging Face tokens above all) out of logs, reports and printed commands.
+
+Everything the harness writes that may carry text it did not compose itself -- the
+runtime container's log, a printed ``docker run`` line, error messages from the hub
+client -- goes through :func:`redact` first. Two nets, because either alone leaks:
+
+- the *values* of secret-looking environment variables of this process (``HF_TOKEN``,
+  ``*_TOKEN``, ``*_SECRET``, ...), wherever they appear, whatever their shape;
+- *shapes* of well-known credentials (``hf_...`` user tokens, ``Authorization: Bearer``
+  headers), for secrets that came from somewhere other than our environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+MASK = "***REDACTED***"
+
+#: Environment variable names whose values are secrets: a name component (between underscores) that is
+#: TOKEN, SECRET, ... -- HF_TOKEN and AWS_SECRET_ACCESS_KEY are, the contract's NUM_SPECULATIVE_TOKENS is not.
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?|AUTH)(?:_|$)")
+# A value this short is not a plausible secret, and masking it would garble ordinary text ("1", "main").
+_MIN_SECRET_LEN = 6
+# Hugging Face user access tokens: "hf_" and 34 letters today; anything of 20+ is treated as one.
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable of this name holds a secret (its value must never be shown)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of secret-named variables in ``environ`` (default: this process), longest first."""
+    env = os.environ if environ is None else environ
+    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_LEN}
+    # Longest first, so a secret containing another is masked whole.
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
+    """``text`` with every known secret value and every credential-shaped string masked."""
+    if not text:
+        return text
+    secrets = sorted({s for s in (*secret_values(), *extra_secrets) if s and len(s) >= _MIN_SECRET_LEN},
+                     key=len, reverse=True)
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    text = _HF_TOKEN.sub(MASK, text)
+    text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``env`` for display: secret-named variables masked, every other value redacted as text."""
+    return {k: (MASK if is_secret_name(k) and v else redact(v)) for k, v in env.items()}
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts each record's rendered message before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> None:
+    """Attach a :class:`RedactingFilter` to ``logger``'s handlers (default: the root logger's), once each.
+
+    A filter on a handler sees records from every logger that propagates to it, which a
+    filter on a logger does not.
+    """
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

