@@ -381,6 +381,9 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     paragraph = []
     if facts:
         paragraph.append(f"The runtime {join_words(facts)}.")
+    note = reproducibility_note(run)
+    if note:
+        paragraph.append(note)
     nq = not_qualified_sentence(run, after_smoke=after_smoke)
     if nq:
         paragraph.append(nq)
@@ -391,3 +394,14 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
         out += ["", support]
     return "\n".join(out) + "\n"
 
+
+
+def reproducibility_note(run: Run) -> str | None:
+    """Say so when the runtime ran from a moving tag or revision (allowed with --allow-unpinned)."""
+    runtime = run.environment.get("runtime") or {}
+    if runtime.get("reproducible") is not False:
+        return None
+    unpinned = (runtime.get("plan") or {}).get("unpinned") or []
+    what = f" ({'; '.join(str(u) for u in unpinned)})" if unpinned else ""
+    return (f"Not reproducible: the runtime was launched from a moving image tag or revision{what}, "
+            "allowed with --allow-unpinned; pin the image digest and every revision for a release.")

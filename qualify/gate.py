@@ -56,6 +56,7 @@ class Expected:
     checkpoint_files: tuple[FileFact, ...] | None = None  # the directory's files, when --checkpoint is given
     revision: str | None = None
     profile_sha256: str | None = None  # the shipped profile's, when the report names a shipped profile
+    allow_unpinned: bool = False  # accept a run whose runtime was launched from a moving tag or revision
 
 
 def is_load_relevant(rel: str) -> bool:
@@ -142,6 +143,11 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         reasons.append(f"the run was interrupted ({run.interrupted}) before it finished")
     for err in run.errors:
         reasons.append(f"the run recorded a harness error: {err}")
+    runtime = run.environment.get("runtime") or {}
+    if runtime.get("reproducible") is False and not expected.allow_unpinned:
+        moving = "; ".join(str(u) for u in (runtime.get("plan") or {}).get("unpinned") or []) or "unpinned"
+        reasons.append(f"the runtime was launched unpinned, so the run is not reproducible ({moving}); pin the "
+                       "image digest and revisions, or pass --allow-unpinned to accept that")
 
     by_name = {lvl.name: lvl for lvl in run.levels}
     for name in expected.required_levels:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from .card import RUNTIME_LEVELS, checkpoint_conditions, join_words, runtime_conditions, status_head
+from .card import (
+    RUNTIME_LEVELS,
+    checkpoint_conditions,
+    join_words,
+    reproducibility_note,
+    runtime_conditions,
+    status_head,
+)
 from .report import LEVEL_TITLES, LEVELS, Check, LevelResult, Run, Status
 
 # checkpoint_conditions and runtime_conditions live in qualify.card (the card and report.md
@@ -32,6 +39,9 @@ def validation_status(run: Run) -> str:
     not_passed = [f"{lvl.title} ({lvl.status})" for lvl in run.levels if lvl.status is not Status.PASSED]
     out = [status_head(run, passed, not_passed)]
     out.extend(condition_lines(run))
+    note = reproducibility_note(run)
+    if note:
+        out += ["", note]
     ran = {lvl.name for lvl in run.levels}
     conditions = run.profile.get("conditions") or {}
     not_qualified = [str(x) for x in conditions.get("not_qualified") or []]

@@ -92,6 +92,15 @@ def test_asking_for_nothing_is_refused():
     ]
 
 
+def test_a_run_not_reproducible_is_refused_unless_allowed():
+    run = seed_run()
+    run.environment["runtime"] = {"reproducible": False, "plan": {"unpinned": ["runtime image x:latest (a tag)"]}}
+    reasons = refusals(run, expected(revision=DRAFT_REVISION))
+    assert reasons == ["the runtime was launched unpinned, so the run is not reproducible (runtime image x:latest "
+                       "(a tag)); pin the image digest and revisions, or pass --allow-unpinned to accept that"]
+    assert refusals(run, expected(revision=DRAFT_REVISION, allow_unpinned=True)) == []
+
+
 def test_an_interrupted_run_is_refused_even_if_every_level_passed():
     run = seed_run()
     run.interrupted = "KeyboardInterrupt"

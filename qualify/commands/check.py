@@ -34,7 +34,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--junit-xml", type=Path, metavar="PATH", default=_env_path(JUNIT_ENV),
                    help=f"also write the checks as JUnit XML to PATH, for CI test reports (default: ${JUNIT_ENV}, "
                    "if set)")
+    runtime = p.add_argument_group("runtime and serving levels (load, smoke, acceptance, losslessness, throughput)")
+    runtime.add_argument("--draft-revision", help="the draft's immutable 40-hex commit (DFLASH_MODEL_REVISION)")
+    runtime.add_argument("--allow-unpinned", action="store_true",
+                         help="launch with a moving image tag or revision; the report then says not reproducible")
+    runtime.add_argument("--hf-cache", type=Path, help="a Hugging Face hub cache mounted read-only into the runtime")
+    runtime.add_argument("--endpoint", help="OpenAI-compatible endpoint (default: the profile's runtime.endpoint)")
+    runtime.add_argument("--reference-endpoint", help="the target served without a speculator (losslessness)")
     p.set_defaults(func=run)
+
+
+def suite_args(args: argparse.Namespace, run_dir: Path) -> list[str]:
+    """The pytest options the runtime and serving suites read, from the CLI's arguments."""
+    out = ["--runtime-log-dir", str(run_dir)]  # server.log lands beside report.json
+    for flag, value in (("--draft-revision", args.draft_revision), ("--hf-cache", args.hf_cache),
+                        ("--endpoint", args.endpoint), ("--reference-endpoint", args.reference_endpoint)):
+        if value:
+            out += [flag, str(value)]
+    if args.allow_unpinned:
+        out.append("--allow-unpinned")
+    if args.junit_xml:
+        out += ["--junitxml", str(args.junit_xml)]
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,9 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
     run_ = new_run(profile, args.checkpoint, args.source, levels, command=["qualify", *sys.argv[1:]])
     run_dir = make_run_dir(args.report_dir, run_.run_id)
-    extra = ["--junitxml", str(args.junit_xml)] if args.junit_xml else []
     code = run_suites(run_, profile=profile, checkpoint=args.checkpoint, source=args.source, report_dir=run_dir,
-                      extra_args=extra)
+                      extra_args=suite_args(args, run_dir))
     print()
     for line in summary_lines(run_):
         print(line)

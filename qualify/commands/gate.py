@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "and every load-relevant file in it must be in the report")
     p.add_argument("--revision", metavar="REV",
                    help="the commit about to be released: must equal the report's checkpoint revision (40 hex)")
+    p.add_argument("--allow-unpinned", action="store_true",
+                   help="accept a report whose runtime ran from a moving image tag or revision (not reproducible)")
     p.set_defaults(func=run)
 
 
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             return _refuse([f"the checkpoint directory cannot be verified: {exc}"])
 
     expected = Expected(required_levels=tuple(required), checkpoint_files=files, revision=revision,
-                        profile_sha256=shipped[1] if shipped else None)
+                        profile_sha256=shipped[1] if shipped else None, allow_unpinned=args.allow_unpinned)
     reasons = stored_contradictions(json.loads(args.report.read_text(encoding="utf-8")), report)
     reasons += refusals(report, expected)
     if reasons:
