@@ -12,7 +12,7 @@ SOURCE ?= fixtures/dflash2-tiny/source
 REPORTS ?= reports
 LEVELS ?=
 
-.PHONY: qualify test test-fast lint fixtures venv clean-venv reliability
+.PHONY: qualify test test-fast lint fixtures fixtures-full bench venv clean-venv reliability
 
 venv: $(STAMP)
 
@@ -45,6 +45,21 @@ reliability: $(STAMP)
 
 fixtures: $(STAMP)
 	$(PY) -m fixtures.generate --variant tiny --out fixtures/dflash2-tiny
+
+# The full-size fixture for the benchmarks (1.7 GB BF16 source + 1.2 GB MXFP8, minutes to make),
+# generated on demand under fixtures/build/ (not in git); prints its time and peak memory.
+BENCH_FIXTURE ?= fixtures/build/dflash2-full
+
+fixtures-full: $(STAMP)
+	$(PY) bench/bench_fixture.py --out $(BENCH_FIXTURE)
+
+# Hashing, reproduction and the end-to-end check of the full-size fixture, against their
+# floors and peers, measured side by side (bench/README.md holds the latest figures).
+bench: $(STAMP)
+	$(PY) bench/bench_fixture.py --out $(BENCH_FIXTURE) --if-absent
+	$(PY) bench/bench_sha256.py $(BENCH_FIXTURE)
+	$(PY) bench/bench_reproduce.py $(BENCH_FIXTURE)
+	$(PY) bench/bench_check.py $(BENCH_FIXTURE)
 
 clean-venv:
 	rm -rf $(VENV)

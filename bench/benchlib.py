@@ -37,11 +37,12 @@ def fixture_arg(parser: argparse.ArgumentParser) -> None:
 def ensure_fixture(root: Path) -> Path:
     """The full-size fixture at ``root``, generated first (minutes) if it is not there."""
     if not (root / "mxfp8" / "conversion_manifest.json").is_file() or not (root / "source").is_dir():
-        if root != DEFAULT_FIXTURE:
+        if root.resolve() != DEFAULT_FIXTURE:
             raise SystemExit(f"{root}: no fixture there (expected source/ and mxfp8/)")
         print(f"generating the full-size fixture in {root} (a few minutes) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "fixtures.generate", "--variant", "full", "--out", str(root)],
-                       cwd=REPO, check=True)
+        from bench_fixture import generate
+
+        generate(root)
     return root
 
 

@@ -334,6 +334,8 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | None 
             yield fn(item)
         return
     window = max(workers, window if window is not None else 2 * workers)
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qualify", initializer=_single_threaded_torch)
     pending: deque[Future[R]] = deque()
     try:
@@ -348,3 +350,7 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | None 
         for f in pending:
             f.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+        if threads is not None and torch.get_num_threads() != threads:
+            # A torch built with a process-wide thread pool (not OpenMP) took the workers'
+            # setting for everyone: give the caller its own back.
+            torch.set_num_threads(threads)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 WIDTH = 480
-HEIGHT = 260
-_LEFT, _RIGHT, _TOP, _BOTTOM = 48, 16, 36, 40
+HEIGHT = 268
+_LEFT, _RIGHT, _TOP, _BOTTOM = 48, 16, 44, 40
 
 
 def _f(x: float) -> str:
@@ -62,13 +62,15 @@ def position_acceptance_svg(
             out.append(f'<rect x="{_f(cx - bar_w / 2)}" y="{_f(top)}" width="{_f(bar_w)}" '
                        f'height="{_f(y0 - top)}" fill="#4a7ab5"><title>position {i}: {estimate:.3f} '
                        f'[{low:.3f}, {high:.3f}]</title></rect>')
+            label_y = top
             if math.isfinite(low) and math.isfinite(high):
                 yl, yh = y(low), y(high)
+                label_y = min(top, yh)  # above the whisker, where the label cannot cross it
                 out.append(f'<line x1="{_f(cx)}" y1="{_f(yl)}" x2="{_f(cx)}" y2="{_f(yh)}" stroke="#222"/>')
                 for yy in (yl, yh):
                     out.append(f'<line x1="{_f(cx - 5)}" y1="{_f(yy)}" x2="{_f(cx + 5)}" y2="{_f(yy)}" '
                                f'stroke="#222"/>')
-            out.append(f'<text x="{_f(cx)}" y="{_f(top - 6)}" text-anchor="middle">{estimate:.2f}</text>')
+            out.append(f'<text x="{_f(cx)}" y="{_f(label_y - 6)}" text-anchor="middle">{estimate:.2f}</text>')
         out.append(f'<text x="{_f(cx)}" y="{_f(y0 + 14)}" text-anchor="middle">{i}</text>')
     out.append(f'<line x1="{_LEFT}" y1="{_f(y0)}" x2="{WIDTH - _RIGHT}" y2="{_f(y0)}" stroke="#222"/>')
     out.append(f'<text x="{WIDTH / 2:.1f}" y="{HEIGHT - 8}" text-anchor="middle">draft position</text>')

