@@ -62,6 +62,16 @@ def _finding_lines(check: Check) -> list[str]:
     return lines
 
 
+CHART_KEY = "position_chart_svg"
+
+
+def chart_file(check: Check) -> str | None:
+    """The file name a check's chart is written to beside report.md, if the check drew one."""
+    if check.evidence and isinstance(check.evidence.measured.get(CHART_KEY), str):
+        return f"{check.id}.svg"
+    return None
+
+
 def _level_section(level: LevelResult) -> list[str]:
     out = [f"### {level.title} (`{level.name}`): {_MARK[level.status]}", ""]
     if not level.checks:
@@ -79,6 +89,11 @@ def _level_section(level: LevelResult) -> list[str]:
             out.append(f"`{c.id}` {c.status}: {c.message}")
             out.extend(_finding_lines(c))
             out.append("")
+    for c in level.checks:
+        name = chart_file(c)
+        if name:
+            out += [f"Per-position draft acceptance (`{c.id}`, bars with their confidence intervals):", "",
+                    f"![per-position acceptance]({name})", ""]
     return out
 
 

@@ -24,7 +24,7 @@ from .checksums import sha256_files
 from .errors import HarnessError, QualifyError
 from .manifest import MANIFEST_NAME, list_checkpoint_files
 from .profile import Profile
-from .render import render_markdown
+from .render import CHART_KEY, chart_file, render_markdown
 from .report import LEVELS, Check, LevelResult, Run, write_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -128,6 +128,11 @@ def finish_run(run: Run, report_dir: Path | None) -> None:
             info.update(describe_dir(Path(path)))
     if report_dir is not None:
         write_json(run, Path(report_dir) / "report.json")
+        for lvl in run.levels:  # charts first: report.md links to them
+            for check in lvl.checks:
+                name = chart_file(check)
+                if name:
+                    atomic_write_text(Path(report_dir) / name, check.evidence.measured[CHART_KEY])
         atomic_write_text(Path(report_dir) / "report.md", render_markdown(run))
 
 

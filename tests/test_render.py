@@ -62,3 +62,13 @@ def test_a_failed_level_is_named_and_nothing_is_claimed_qualified():
     lines = summary_lines(run)
     assert lines[-1] == "verdict: not qualified"
     assert any("failed format.c" in line for line in lines)
+
+
+def test_a_chart_is_linked_from_its_level(tmp_path):
+    from qualify.runner import finish_run
+
+    run = run_with({"acceptance": Status.PASSED})
+    run.levels[0].checks[0].evidence.measured["position_chart_svg"] = "<svg xmlns='http://www.w3.org/2000/svg'/>"
+    finish_run(run, tmp_path)
+    assert (tmp_path / "acceptance.c.svg").read_text().startswith("<svg")
+    assert "![per-position acceptance](acceptance.c.svg)" in (tmp_path / "report.md").read_text()
