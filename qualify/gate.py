@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from .checksums import sha256_files
 from .errors import CheckpointError, UsageError
+from .manifest import FileEntry
 from .report import LEVELS, Run, Status, Verdict
 
 REVISION_RE = re.compile(r"[0-9a-f]{40}")
@@ -42,18 +43,11 @@ NOT_LOAD_RELEVANT_STEMS = ("LICENSE", "LICENCE", "NOTICE", "COPYING")
 
 
 @dataclass(frozen=True)
-class FileFact:
-    path: str
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
 class Expected:
     """What the release pipeline says it is releasing, and what it requires."""
 
     required_levels: tuple[str, ...]
-    checkpoint_files: tuple[FileFact, ...] | None = None  # the directory's files, when --checkpoint is given
+    checkpoint_files: tuple[FileEntry, ...] | None = None  # the directory's files, when --checkpoint is given
     revision: str | None = None
     profile_sha256: str | None = None  # the shipped profile's, when the report names a shipped profile
     allow_unpinned: bool = False  # accept a run whose runtime was launched from a moving tag or revision
@@ -85,7 +79,7 @@ def list_files(root: Path) -> list[str]:
     return out
 
 
-def describe_checkpoint(root: Path) -> tuple[FileFact, ...]:
+def describe_checkpoint(root: Path) -> tuple[FileEntry, ...]:
     """Size and sha256 of every file in the directory about to be released."""
     root = Path(root)
     if not root.is_dir():
@@ -97,7 +91,7 @@ def describe_checkpoint(root: Path) -> tuple[FileFact, ...]:
             raise CheckpointError("a broken link or not a regular file; it cannot be hashed", file=rel)
     # A file that cannot be read raises CheckpointError naming it: the gate cannot vouch for it.
     digests = sha256_files([root / r for r in rels], labels=rels)
-    return tuple(FileFact(r, digests[root / r], (root / r).stat().st_size) for r in rels)
+    return tuple(FileEntry(r, digests[root / r], (root / r).stat().st_size) for r in rels)
 
 
 def shipped_profile(run: Run) -> tuple[tuple[str, ...], str] | None:
@@ -208,7 +202,7 @@ def stored_contradictions(data: dict, run: Run) -> list[str]:
     return out
 
 
-def identity_refusals(reported: Sequence[dict], actual: Sequence[FileFact]) -> list[str]:
+def identity_refusals(reported: Sequence[dict], actual: Sequence[FileEntry]) -> list[str]:
     """The report's ``checkpoint.files`` against the directory being released."""
     if not reported:
         return ["the report lists no checkpoint files, so it cannot vouch for any directory"]

@@ -13,7 +13,7 @@ from qualify.cli import main
 from qualify.errors import UsageError
 from qualify.gate import (
     Expected,
-    FileFact,
+    FileEntry,
     check_revision_argument,
     identity_refusals,
     is_load_relevant,
@@ -28,7 +28,7 @@ from tests.helpers import FIXTURE, TRACEBACK, run_qualify
 from tests.run_builders import DRAFT_REVISION, FILES, SEED, seed_run
 
 SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke")
-ACTUAL = tuple(FileFact(f["path"], f["sha256"], f["size"]) for f in FILES)
+ACTUAL = tuple(FileEntry(f["path"], f["sha256"], f["size"]) for f in FILES)
 
 
 def expected(**kw) -> Expected:
@@ -72,7 +72,7 @@ def test_every_reason_is_given_not_just_the_first():
                            Status.ERROR}, revision="f" * 40)
     run.interrupted = "SIGTERM"
     run.errors.append("docker daemon not reachable")
-    actual = (*ACTUAL[:3], FileFact("model.safetensors", "9" * 64, FILES[3]["size"]))
+    actual = (*ACTUAL[:3], FileEntry("model.safetensors", "9" * 64, FILES[3]["size"]))
     reasons = refusals(run, expected(checkpoint_files=actual, revision=DRAFT_REVISION))
     assert reasons == [
         "the run was interrupted (SIGTERM) before it finished",
@@ -143,16 +143,16 @@ def test_revision_must_be_recorded_and_equal():
 
 def test_identity_names_every_file_that_differs():
     actual = [
-        FileFact("config.json", "1" * 64, 805),  # size differs
-        FileFact("conversion_manifest.json", "2" * 64, 29866),
+        FileEntry("config.json", "1" * 64, 805),  # size differs
+        FileEntry("conversion_manifest.json", "2" * 64, 29866),
         # hf_quant_config.json: missing from the directory
-        FileFact("model.safetensors", "4" * 64, 1_200_000_000),
-        FileFact("model-00002-of-00002.safetensors", "6" * 64, 10),  # not qualified
-        FileFact("tokenizer.model", "7" * 64, 10),  # load-relevant: tokenizer
-        FileFact("modeling_dflash.py", "8" * 64, 10),  # load-relevant: custom code
-        FileFact("README.md", "9" * 64, 10),  # a model card, written after qualification
-        FileFact("LICENSE", "a" * 64, 10),
-        FileFact("assets/figure.png", "b" * 64, 10),
+        FileEntry("model.safetensors", "4" * 64, 1_200_000_000),
+        FileEntry("model-00002-of-00002.safetensors", "6" * 64, 10),  # not qualified
+        FileEntry("tokenizer.model", "7" * 64, 10),  # load-relevant: tokenizer
+        FileEntry("modeling_dflash.py", "8" * 64, 10),  # load-relevant: custom code
+        FileEntry("README.md", "9" * 64, 10),  # a model card, written after qualification
+        FileEntry("LICENSE", "a" * 64, 10),
+        FileEntry("assets/figure.png", "b" * 64, 10),
     ]
     assert identity_refusals(FILES, actual) == [
         "config.json: differs from the qualified file (size 804 -> 805, sha256 111111111111... -> 111111111111...)",
@@ -165,7 +165,7 @@ def test_identity_names_every_file_that_differs():
 
 def test_a_file_the_report_lists_must_match_even_if_not_load_relevant():
     reported = [*FILES, {"path": "README.md", "sha256": "c" * 64, "size": 10}]
-    (reason,) = identity_refusals(reported, [*ACTUAL, FileFact("README.md", "d" * 64, 10)])
+    (reason,) = identity_refusals(reported, [*ACTUAL, FileEntry("README.md", "d" * 64, 10)])
     assert reason.startswith("README.md: differs")
 
 
