@@ -57,7 +57,7 @@ fixtures-full: $(STAMP)
 # floors and peers, measured side by side (bench/README.md holds the latest figures).
 bench: $(STAMP)
 	$(PY) bench/bench_fixture.py --out $(BENCH_FIXTURE) --if-absent
-	$(PY) bench/bench_sha256.py $(BENCH_FIXTURE)
+	$(PY) bench/bench_sha256.py $(BENCH_FIXTURE) --cold
 	$(PY) bench/bench_reproduce.py $(BENCH_FIXTURE)
 	$(PY) bench/bench_check.py $(BENCH_FIXTURE)
 
