@@ -582,7 +582,7 @@ def mutated_files(draw: st.DrawFn) -> bytes:
     return blob
 
 
-@settings(max_examples=400, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_files())
 def test_mutations_raise_only_safetensors_error(blob: bytes) -> None:
     try:
@@ -599,7 +599,7 @@ def test_mutations_raise_only_safetensors_error(blob: bytes) -> None:
     assert 8 + n + pos == len(blob)
 
 
-@settings(max_examples=60, deadline=1000)
+@settings(max_examples=60, deadline=None)
 @given(valid_files())
 def test_valid_files_agree_with_safetensors(tmp_path_factory: pytest.TempPathFactory, case: Any) -> None:
     header, data = case
