@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from .checksums import sha256_files
 from .errors import CheckpointError, UsageError
-from .manifest import FileEntry
+from .manifest import FileEntry, list_checkpoint_files
 from .report import LEVELS, Run, Status, Verdict
 
 REVISION_RE = re.compile(r"[0-9a-f]{40}")
@@ -63,20 +63,8 @@ def is_load_relevant(rel: str) -> bool:
 
 
 def list_files(root: Path) -> list[str]:
-    """Every file under ``root`` ('/'-separated, sorted), skipping dot-directories.
-
-    The same listing as :func:`qualify.manifest.list_checkpoint_files`, which is what the
-    report's ``checkpoint.files`` came from; repeated here so the gate does not import
-    torch (tests/test_gate.py holds the two to the same answer).
-    """
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts[:-1]):
-            continue
-        if p.is_file() or p.is_symlink():
-            out.append(rel.as_posix())
-    return out
+    """The checkpoint's files as the report listed them: the very listing ``qualify check`` records."""
+    return list_checkpoint_files(root)
 
 
 def describe_checkpoint(root: Path) -> tuple[FileEntry, ...]:
