@@ -224,7 +224,7 @@ def status_head(run: Run, claimed: list[str], not_passed: list[str]) -> str:
 
 def card_words(run: Run) -> list[str]:
     """The seed's words for the levels that passed, in run order."""
-    passed = [lvl.name for lvl in run.levels if lvl.status is Status.PASSED]
+    passed = [lvl.name for lvl in run.levels if lvl.required and lvl.status is Status.PASSED]
     words = []
     for name in passed:
         if {"format", "reproduction"} <= set(passed) and name in ("format", "reproduction"):
@@ -237,7 +237,7 @@ def card_words(run: Run) -> list[str]:
 
 def _not_passed_words(run: Run) -> list[str]:
     return [f"{CARD_WORDS.get(lvl.name, lvl.name)} ({lvl.status})" for lvl in run.levels
-            if lvl.status is not Status.PASSED]
+            if lvl.required and lvl.status is not Status.PASSED]
 
 
 # -- runtime facts ----------------------------------------------------------------------

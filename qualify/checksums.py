@@ -63,6 +63,28 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = DEFAULT_CHUNK) -
     return _hash(path, str(path), chunk_size, None)
 
 
+def content_revision(digests: dict[str, str]) -> str:
+    """A 40-hex identity of a folder's content from each file's hex sha256, keyed by relative path.
+
+    It stands in for a commit where a checkpoint is a local folder with no hub history
+    (a generated fixture, a checkout): immutable, since any changed, added or removed
+    file changes it, and the same on every machine for the same bytes.
+    """
+    h = hashlib.sha1()
+    for rel in sorted(digests):
+        h.update(rel.encode() + b"\0" + bytes.fromhex(digests[rel]))
+    return h.hexdigest()
+
+
+def folder_revision(root: str | os.PathLike[str]) -> str:
+    """:func:`content_revision` of every regular file under ``root`` (relative POSIX paths)."""
+    root = Path(root)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    rels = [p.relative_to(root).as_posix() for p in files]
+    digests = sha256_files(files, labels=rels, progress=False)
+    return content_revision({rel: digests[p] for rel, p in zip(rels, files, strict=True)})
+
+
 def sha256_files(
     paths: Sequence[str | os.PathLike[str]],
     *,

@@ -63,6 +63,7 @@ DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 TOKEN_VARS = ("HF_TOKEN",)
 INSTALL_HINT = "run scripts/install-docker.sh (as root) to install and start a Docker engine"
 _REVISION = re.compile(r"[0-9a-f]{40}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _LOG_TAIL = 25
 
 
@@ -233,6 +234,7 @@ def build_plan(
     allow_unpinned: bool = False,
     serving: bool = False,
     startup_timeout_s: float | None = None,
+    image_digest: str | None = None,
 ) -> LaunchPlan:
     """The launch plan for ``profile``; pure apart from resolving mount paths.
 
@@ -241,8 +243,18 @@ def build_plan(
     qualification launch (``Profile.launch_env``). ``checkpoint_dir`` is mounted
     read-only where the runtime's hub cache keeps ``DFLASH_MODEL`` at its revision, so the
     env stays exactly the profile's; ``hf_cache`` mounts a whole cache read-only instead.
+    ``image_digest`` pins the image at run time where the profile states no digest (the
+    seed's card gives none; a release engineer knows the one they qualify).
     """
     runtime = profile.data["runtime"]
+    pinned_digest = runtime["image_digest"] or None
+    if image_digest is not None:
+        if not _DIGEST.fullmatch(image_digest):
+            raise UsageError(f"image digest {image_digest!r} is not sha256:<64 lowercase hex>")
+        if pinned_digest and image_digest != pinned_digest:
+            raise UsageError(f"image digest {image_digest} contradicts profile {profile.name}'s "
+                             f"$.runtime.image_digest {pinned_digest}")
+        pinned_digest = image_digest
     run_id = run_id or make_run_id(profile.name)
     if serving:
         env = dict(runtime["env"])
@@ -291,7 +303,7 @@ def build_plan(
         run_id=run_id,
         name=f"qualify-{run_id}"[:128],
         image=runtime["image"],
-        image_digest=runtime["image_digest"] or None,
+        image_digest=pinned_digest,
         env=tuple(env.items()),
         passthrough_env=passthrough,
         gpus=tuple(runtime["gpus"].split(",")) if runtime.get("gpus") else (),

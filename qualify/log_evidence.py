@@ -11,6 +11,8 @@ would let a log that also says "9.99 GiB" pass.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from .profile import Profile
@@ -65,3 +67,19 @@ def check_log_evidence(log_text: str, profile: Profile, level: str, *, log_name:
                 ev.add(f"evidence {name!r}: the log shows {', '.join(f'{v:g}' for v in values)} GB, the profile "
                        f"expects {want:g} +/- {tol:g} ({item['description']})", file=log_name)
     return ev
+
+
+def wait_for_log_evidence(read_new: Callable[[], str], profile: Profile, level: str, *, log_name: str,
+                          timeout_s: float, poll_s: float = 0.5) -> Evidence:
+    """:func:`check_log_evidence` on what ``read_new`` returns, re-read until it passes or ``timeout_s`` ends.
+
+    A server writes some evidence only periodically (vLLM logs its speculative-decoding
+    metrics every few seconds), so a line that is not there yet is not yet missing.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ev = check_log_evidence(read_new(), profile, level, log_name=log_name)
+        if ev.ok or time.monotonic() >= deadline:
+            ev.measured["waited_up_to_s"] = timeout_s
+            return ev
+        time.sleep(poll_s)

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ProfileError, UsageError
+from .report import LEVELS
 from .schemas import schema_errors
 
 PROFILE_FORMAT_VERSION = 1
@@ -87,6 +88,19 @@ class ThroughputSpec:
 
 
 @dataclass(frozen=True)
+class LocalServerSpec:
+    """``[local_server]``: local vLLM servers the harness starts for the serving levels (absolute paths)."""
+
+    kind: str
+    target: Path
+    draft: Path
+    reference: bool
+    dtype: str
+    ready_timeout_s: float
+    setup: str | None
+
+
+@dataclass(frozen=True)
 class Profile:
     """A loaded, validated profile. ``data`` is the TOML as parsed; treat it as read-only."""
 
@@ -99,6 +113,37 @@ class Profile:
     tensor_parallel_size: int
     statistics_rtol: float
     statistics_atol: float
+
+    @property
+    def measured_levels(self) -> tuple[str, ...]:
+        """Levels a full run performs and records without counting them towards the verdict."""
+        return tuple(self.data["levels"].get("measured", ()))
+
+    @property
+    def run_levels(self) -> tuple[str, ...]:
+        """What ``qualify run`` performs by default: the required levels and the measured ones, in run order."""
+        wanted = set(self.required_levels) | set(self.measured_levels)
+        return tuple(name for name in LEVELS if name in wanted)
+
+    @property
+    def image_build(self) -> str | None:
+        """``$.runtime.build``: the image is built from this repository (and pinned to the ID built), or None."""
+        return self.data["runtime"].get("build")
+
+    @property
+    def local_server(self) -> LocalServerSpec | None:
+        x = self.data.get("local_server")
+        if x is None:
+            return None
+        return LocalServerSpec(
+            kind=x["kind"],
+            target=(self.path.parent / x["target"]).resolve(),
+            draft=(self.path.parent / x["draft"]).resolve(),
+            reference=bool(x.get("reference", False)),
+            dtype=x.get("dtype", "float32"),
+            ready_timeout_s=float(x.get("ready_timeout_s", 600.0)),
+            setup=x.get("setup"),
+        )
 
     @property
     def source_repo(self) -> str | None:
@@ -405,6 +450,9 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
             out.append(f"{at}.pattern: has expected_gb but no (?P<{_GB_GROUP}>...) group to read it from")
 
     required = data["levels"]["required"]
+    both = [lv for lv in data["levels"].get("measured", []) if lv in required]
+    if both:
+        out.append(f"$.levels.measured: {', '.join(both)} also required; a level is either required or only measured")
     for level in ("load", "smoke"):
         if level in required and not any(e["level"] == level for e in data.get("evidence", [])):
             out.append(f"$.evidence: level {level!r} is required but no evidence item has level {level!r}")

@@ -35,8 +35,9 @@ def condition_lines(run: Run) -> list[str]:
 
 def validation_status(run: Run) -> str:
     """A "Validation status" paragraph in the seed's style, claiming exactly the levels that passed."""
-    passed = [lvl.title for lvl in run.levels if lvl.status is Status.PASSED]
-    not_passed = [f"{lvl.title} ({lvl.status})" for lvl in run.levels if lvl.status is not Status.PASSED]
+    required = [lvl for lvl in run.levels if lvl.required]
+    passed = [lvl.title for lvl in required if lvl.status is Status.PASSED]
+    not_passed = [f"{lvl.title} ({lvl.status})" for lvl in required if lvl.status is not Status.PASSED]
     out = [status_head(run, passed, not_passed)]
     out.extend(condition_lines(run))
     note = reproducibility_note(run)
@@ -45,7 +46,10 @@ def validation_status(run: Run) -> str:
     ran = {lvl.name for lvl in run.levels}
     conditions = run.profile.get("conditions") or {}
     not_qualified = [str(x) for x in conditions.get("not_qualified") or []]
-    not_qualified += [LEVEL_TITLES[n] for n in LEVELS if n not in ran and LEVEL_TITLES[n] not in not_qualified]
+    # A measured level is in the report with its figures, but it qualifies nothing.
+    measured = {lvl.name for lvl in run.levels if not lvl.required}
+    not_qualified += [LEVEL_TITLES[n] + (" (measured only)" if n in measured else "") for n in LEVELS
+                      if (n not in ran or n in measured) and LEVEL_TITLES[n] not in not_qualified]
     if not_qualified:
         out.append("")
         out.append(f"Not qualified by this run: {join_words(not_qualified)}.")
@@ -97,6 +101,22 @@ def _level_section(level: LevelResult) -> list[str]:
     return out
 
 
+def _local_server_lines(local: object) -> list[str]:
+    """Where the serving levels ran when the harness started local servers: a reader must see what was served."""
+    if not isinstance(local, dict):
+        return []
+    out = ["## Serving runtime", "", f"- {local.get('note', '')}"]
+    for what in ("target", "draft"):
+        ident = local.get(what) or {}
+        out.append(f"- Served {what}: `{ident.get('path')}` (content revision `{ident.get('revision')}`)")
+    for name, server in (local.get("servers") or {}).items():
+        ready = server.get("ready_s")
+        out.append(f"- `{name}` server: {server.get('plan', {}).get('endpoint')}, ready after "
+                   f"{ready:.1f} s, log `{server.get('log')}`" if isinstance(ready, (int, float)) else
+                   f"- `{name}` server: not ready, log `{server.get('log')}`")
+    return [*out, ""]
+
+
 def render_markdown(run: Run) -> str:
     ck = run.checkpoint
     out = [
@@ -116,10 +136,11 @@ def render_markdown(run: Run) -> str:
     for lvl in run.levels:
         counts = {s: sum(1 for c in lvl.checks if c.status is s) for s in Status}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
-        out.append(f"| {lvl.title} | {'yes' if lvl.required else 'no'} | {_MARK[lvl.status]} | {summary} |")
+        out.append(f"| {lvl.title} | {'yes' if lvl.required else 'no (measured)'} | {_MARK[lvl.status]} | {summary} |")
     out.append("")
     for lvl in run.levels:
         out.extend(_level_section(lvl))
+    out += _local_server_lines(run.environment.get("local_server"))
     out += ["## Checkpoint", "", f"- Path: `{ck.get('path')}`"]
     if ck.get("manifest_sha256"):
         out.append(f"- Manifest sha256: `{ck['manifest_sha256']}`")

@@ -259,7 +259,8 @@ class Run:
 
     @property
     def qualified_levels(self) -> list[str]:
-        return [lvl.name for lvl in self.levels if lvl.status is Status.PASSED]
+        # A level recorded as measured only (not required) never counts as qualified.
+        return [lvl.name for lvl in self.levels if lvl.required and lvl.status is Status.PASSED]
 
     @property
     def verdict(self) -> Verdict:

@@ -13,7 +13,7 @@ import os
 import platform
 import secrets
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,11 +98,12 @@ def new_run(
         source={"path": str(source) if source else None},
         environment=environment(),
     )
-    # Every level asked for counts towards the verdict: a level that was run but may fail
-    # without consequence would be a way to say "qualified" with a failed check in the report.
+    # Every level asked for counts towards the verdict, but for the ones the profile lists as
+    # measured only: those are recorded and shown as such, and never make a run qualified.
+    measured = set(profile.measured_levels)
     for name in LEVELS:  # in the order a full run performs them
         if name in levels:
-            run.levels.append(LevelResult(name, required=True))
+            run.levels.append(LevelResult(name, required=name not in measured))
     return run
 
 
@@ -167,8 +168,14 @@ def run_suites(
     source: Path | None,
     report_dir: Path | None,
     extra_args: Sequence[str] = (),
+    local_serving: Any = None,
+    before_finish: Callable[[Run], None] | None = None,
 ) -> int:
-    """Run the suites for the levels laid out in ``run``; returns pytest's exit code."""
+    """Run the suites for the levels laid out in ``run``; returns pytest's exit code.
+
+    ``local_serving`` is handed to the serving fixtures (:mod:`qualify.local_serving`);
+    ``before_finish`` runs before the report is written (to stop servers and record them).
+    """
     import pytest
 
     from .suite_plugin import QualifyPlugin
@@ -184,12 +191,17 @@ def run_suites(
     if source is not None:
         args += ["--source", str(source)]
     args += list(extra_args)
-    plugin = QualifyPlugin(run, on_finish=lambda r: finish_run(r, report_dir), progress=print_check)
+    def finish(r: Run) -> None:
+        if before_finish is not None:
+            before_finish(r)
+        finish_run(r, report_dir)
+
+    plugin = QualifyPlugin(run, on_finish=finish, progress=print_check, local_serving=local_serving)
     with sigterm_as_interrupt(run):
         try:
             return int(pytest.main(args, plugins=[plugin]))
         except KeyboardInterrupt:
             run.interrupted = run.interrupted or "KeyboardInterrupt"
-            finish_run(run, report_dir)
+            finish(run)
             return int(pytest.ExitCode.INTERRUPTED)
 

@@ -39,6 +39,7 @@ class RuntimeSession:
         allow_unpinned: bool = False,
         pass_hf_token: bool = False,
         startup_timeout_s: float | None = None,
+        image_digest: str | None = None,
         client_factory: Callable[[], Any] = c.docker_client,
         gpu_query: Callable[[], GpuInventory] = query_gpus,
     ) -> None:
@@ -51,7 +52,7 @@ class RuntimeSession:
         self.plan = c.build_plan(profile, run_id=run_id, draft_revision=draft_revision,
                                  checkpoint_dir=checkpoint_dir if hf_cache is None else None, hf_cache=hf_cache,
                                  allow_unpinned=allow_unpinned, pass_hf_token=pass_hf_token,
-                                 startup_timeout_s=startup_timeout_s)
+                                 startup_timeout_s=startup_timeout_s, image_digest=image_digest)
         self._client_factory = client_factory
         self._gpu_query = gpu_query
         self._client: Any = None

@@ -28,6 +28,17 @@ class CheckFailed(AssertionError):
     """Raised by ``record`` so that pytest shows the findings as the failure text."""
 
 
+class LevelNotRun(Exception):
+    """Raised before a check of a runtime or serving level when an earlier required level did not pass."""
+
+
+#: From this level on, a level runs only when every earlier required level passed: launching a
+#: runtime for a checkpoint that failed its checks (or serving from one that did not load)
+#: measures nothing a verdict could use. The checkpoint levels before it all run, since each
+#: is a diagnosis of its own.
+GATED_FROM = "load"
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("qualify", "qualification suites")
     group.addoption("--checkpoint", type=Path, default=None, help="the checkpoint directory to qualify")
@@ -47,6 +58,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help="pass HF_TOKEN into the runtime by name (its value is never printed)")
     group.addoption("--startup-timeout", type=float, default=None,
                     help="seconds the runtime may take to serve (default: the profile's, else 1800)")
+    group.addoption("--server-log", type=Path, default=None,
+                    help="the log file of the --endpoint server, for the smoke level's log evidence")
+    group.addoption("--image-digest", default=None,
+                    help="pin the runtime image to this sha256 digest (where the profile states none)")
     group.addoption("--runtime-log-dir", type=Path, default=None,
                     help="where the runtime's server.log goes (default: the run's report folder)")
 
@@ -71,8 +86,10 @@ def check_title(item: pytest.Item) -> str:
 class QualifyPlugin:
     """Collects one :class:`Check` per suite test into ``run``; levels must already be laid out in ``run``."""
 
-    def __init__(self, run: Run, on_finish: Any = None, progress: Any = None) -> None:
+    def __init__(self, run: Run, on_finish: Any = None, progress: Any = None, local_serving: Any = None) -> None:
         self.run = run
+        # The local servers of a profile's [local_server], started by the caller (qualify.local_serving).
+        self.local_serving = local_serving
         self.on_finish = on_finish
         self.progress = progress  # called with each Check as it completes
         self._started: dict[str, float] = {}
@@ -103,6 +120,21 @@ class QualifyPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._started[item.nodeid] = time.perf_counter()
+        level = level_of(item)
+        if level is None or LEVELS.index(level) < LEVELS.index(GATED_FROM):
+            return
+        blocking = self.blocking_levels(level)
+        if blocking:
+            reason = "not run: " + ", ".join(f"level {lv.name} {lv.status}" for lv in blocking) + " before it"
+            lvl = self.run.level(level)
+            lvl.reason = lvl.reason or reason
+            raise LevelNotRun(reason)
+
+    def blocking_levels(self, level: str) -> list[Any]:
+        """The earlier required levels of the run that did not pass (all checks of theirs ran before)."""
+        index = LEVELS.index(level)
+        return [lv for lv in self.run.levels
+                if lv.required and LEVELS.index(lv.name) < index and lv.status is not Status.PASSED]
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
@@ -128,7 +160,9 @@ class QualifyPlugin:
             message = message.removeprefix("Skipped: ")
         elif report.failed:
             exc = call.excinfo.value if call.excinfo else None
-            if isinstance(exc, CheckFailed):
+            if isinstance(exc, LevelNotRun):
+                status, message, evidence = Status.NOT_RUN, str(exc), None
+            elif isinstance(exc, CheckFailed):
                 status, message = Status.FAILED, evidence.summary if evidence else str(exc)
             elif isinstance(exc, CheckpointError):
                 first = next((cid for e, cid in self._input_failures if e is exc), None)

@@ -270,6 +270,16 @@ def start_together(servers: Sequence[VLLMServer]) -> None:
     try:
         for server in servers:
             server.start()
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    wait_all_ready(servers)
+
+
+def wait_all_ready(servers: Sequence[VLLMServer]) -> None:
+    """Wait until every started server is ready; on any failure (or interruption), stop them all."""
+    try:
         for server in servers:
             server.wait_ready()
     except BaseException:

@@ -45,11 +45,21 @@ def _log_dir(config: pytest.Config, run_id: str) -> Path | None:
     return None  # a fresh temporary folder; its path is in the evidence
 
 
+def serving_uses_runtime(config: pytest.Config) -> bool:
+    """Whether the serving levels talk to the runtime this run launches (no other endpoint was given)."""
+    plugin = find_plugin(config)
+    if config.getoption("--endpoint") or (plugin is not None and plugin.local_serving is not None):
+        return False
+    return plugin is not None and any(lvl.name == "load" for lvl in plugin.run.levels)
+
+
 def later_levels_need_runtime(session: pytest.Session) -> bool:
     """Whether a check of a level after ``load`` uses the running server (then teardown waits for it)."""
     after = LEVELS[LEVELS.index("load") + 1:]
-    return any(level_of(item) in after and {"runtime", "started_runtime"} & set(getattr(item, "fixturenames", ()))
-               for item in session.items)
+    later = [item for item in session.items if level_of(item) in after]
+    if later and serving_uses_runtime(session.config):
+        return True
+    return any({"runtime", "started_runtime"} & set(getattr(item, "fixturenames", ())) for item in later)
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +77,7 @@ def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[Runtim
         allow_unpinned=config.getoption("--allow-unpinned"),
         pass_hf_token=config.getoption("--pass-hf-token"),
         startup_timeout_s=config.getoption("--startup-timeout"),
+        image_digest=config.getoption("--image-digest"),
     )
     try:
         yield session

@@ -8,6 +8,7 @@ per session and shared by the checks that read it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ import pytest
 from qualify import serving
 from qualify import specdecode as sd
 from qualify.profile import AcceptanceSpec, LosslessnessSpec, Profile, ThroughputSpec
+from qualify.suite_plugin import find_plugin
+from suites.runtime_fixtures import serving_uses_runtime
 
 # What suites/conftest.py star-imports: the fixtures, nothing else.
 __all__ = [
@@ -28,15 +31,71 @@ __all__ = [
     "reference_endpoint",
     "served_model",
     "server_info",
+    "server_log",
     "throughput_spec",
 ]
 
 
+def _local_serving(config: pytest.Config) -> Any:
+    plugin = find_plugin(config)
+    return plugin.local_serving if plugin is not None else None
+
+
 @pytest.fixture(scope="session")
 def endpoint(request: pytest.FixtureRequest, profile: Profile) -> str:
-    url = request.config.getoption("--endpoint") or profile.endpoint
+    """``--endpoint``; else the run's local servers; else the runtime the load level launched; else the profile's."""
+    url = request.config.getoption("--endpoint")
+    if not url:
+        local = _local_serving(request.config)
+        if local is not None:
+            url = local.endpoint()  # waits for the start begun with the run
+        else:
+            if serving_uses_runtime(request.config):
+                request.getfixturevalue("started_runtime")  # the same server, started once, removed at the end
+            url = profile.endpoint
     serving.server_root(url)  # a malformed URL is a usage error before any request
     return str(url)
+
+
+class ServerLog:
+    """The log of the server the serving levels talk to; ``mark()`` then ``read_new()`` gives what came after."""
+
+    def __init__(self, name: str, read: Any) -> None:
+        self.name = name
+        self._read = read
+        self._offset = 0
+
+    def mark(self) -> None:
+        self._offset = len(self._read())
+
+    def read_new(self) -> str:
+        return self._read()[self._offset:]
+
+
+def _file_reader(path: Path) -> Any:
+    def read() -> str:
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+    return read
+
+
+@pytest.fixture(scope="session")
+def server_log(request: pytest.FixtureRequest, endpoint: str) -> ServerLog:
+    """``--server-log``; else the log of the server this run started (local or the launched runtime)."""
+    explicit = request.config.getoption("--server-log")
+    if explicit is not None:
+        return ServerLog(str(explicit), _file_reader(Path(explicit)))
+    local = _local_serving(request.config)
+    if local is not None and not request.config.getoption("--endpoint"):
+        path = local.servers["speculative"].log_path
+        return ServerLog(path.name, _file_reader(path))
+    if serving_uses_runtime(request.config):
+        rt = request.getfixturevalue("started_runtime")
+        return ServerLog("server.log", rt.runtime.logs_text)
+    pytest.skip(f"no log of the server at {endpoint}: it was not started by this run and no --server-log was given, "
+                "so the profile's log evidence cannot be read")
 
 
 @pytest.fixture(scope="session")
@@ -50,13 +109,17 @@ def openai_client(endpoint: str) -> Any:
 
 
 @pytest.fixture(scope="session")
-def server_info(endpoint: str) -> dict[str, Any]:
+def server_info(request: pytest.FixtureRequest, endpoint: str) -> dict[str, Any]:
     """What the evidence says about the server: its endpoint and ``/version``."""
     try:
         version = serving.fetch_version(endpoint)
     except serving.ServingError as exc:
         version = {"error": str(exc)}
-    return {"endpoint": endpoint, "version": version}
+    info: dict[str, Any] = {"endpoint": endpoint, "version": version}
+    local = _local_serving(request.config)
+    if local is not None and not request.config.getoption("--endpoint"):
+        info["local_server"] = local.brief()  # what was served: on a CPU, a stand-in draft
+    return info
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +173,11 @@ def losslessness_spec(profile: Profile) -> LosslessnessSpec:
 
 @pytest.fixture(scope="session")
 def reference_endpoint(request: pytest.FixtureRequest, losslessness_spec: LosslessnessSpec) -> str:
-    url = request.config.getoption("--reference-endpoint") or losslessness_spec.reference_endpoint
+    url = request.config.getoption("--reference-endpoint")
+    local = _local_serving(request.config)
+    if not url and local is not None and not request.config.getoption("--endpoint"):
+        url = local.reference_endpoint()
+    url = url or losslessness_spec.reference_endpoint
     if not url:
         pytest.skip("no reference endpoint (--reference-endpoint or $.losslessness.reference_endpoint): "
                     "nothing to compare the speculative outputs with")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from qualify import serving
+from qualify.log_evidence import wait_for_log_evidence
+from qualify.report import Evidence
 
 pytestmark = pytest.mark.smoke
 
@@ -16,23 +18,28 @@ def _smoke(profile):
     return int(smoke["max_tokens"]), float(smoke["temperature"])
 
 
-def test_models_listed(openai_client, served_model, server_info, record):
+def _timeout(profile):
+    """Seconds each smoke request may take: ``$.smoke.request_timeout_s``, else the library's default."""
+    return float((profile.data.get("smoke") or {}).get("request_timeout_s", serving.DEFAULT_TIMEOUT_S))
+
+
+def test_models_listed(openai_client, served_model, server_info, profile, record):
     """/v1/models lists the served model name."""
-    record(serving.check_models(openai_client, served_model, server_info))
+    record(serving.check_models(openai_client, served_model, server_info, timeout_s=_timeout(profile)))
 
 
 def test_completion(openai_client, served_model, profile, record):
     """A completion returns max_tokens tokens with finish_reason "length"."""
     max_tokens, temperature = _smoke(profile)
     record(serving.check_request(openai_client, served_model, serving.SMOKE_COMPLETION, max_tokens=max_tokens,
-                                 temperature=temperature, timeout_s=serving.DEFAULT_TIMEOUT_S))
+                                 temperature=temperature, timeout_s=_timeout(profile)))
 
 
 def test_chat_completion(openai_client, served_model, profile, record):
     """A chat completion returns max_tokens tokens with finish_reason "length"."""
     max_tokens, temperature = _smoke(profile)
     record(serving.check_request(openai_client, served_model, serving.SMOKE_CHAT, max_tokens=max_tokens,
-                                 temperature=temperature, timeout_s=serving.DEFAULT_TIMEOUT_S))
+                                 temperature=temperature, timeout_s=_timeout(profile)))
 
 
 def test_speculating(openai_client, endpoint, served_model, profile, record):
@@ -40,4 +47,23 @@ def test_speculating(openai_client, endpoint, served_model, profile, record):
     max_tokens, temperature = _smoke(profile)
     record(serving.check_speculating(openai_client, endpoint, served_model, serving.SMOKE_COMPLETION,
                                      max_tokens=max_tokens, temperature=temperature,
-                                     timeout_s=serving.DEFAULT_TIMEOUT_S))
+                                     timeout_s=_timeout(profile)))
+
+
+#: vLLM logs its speculative-decoding metrics every 10 s (VLLM_LOG_STATS_INTERVAL); three intervals.
+LOG_EVIDENCE_WAIT_S = 30.0
+
+
+def test_log_evidence(openai_client, served_model, profile, server_log, record):
+    """After a speculative request, the server log shows the profile's smoke evidence (the speculator drafted)."""
+    max_tokens, temperature = _smoke(profile)
+    server_log.mark()  # only what the server writes from now on counts: not an earlier run's lines
+    try:
+        serving.complete(openai_client, served_model, serving.SMOKE_COMPLETION, max_tokens=max_tokens,
+                         temperature=temperature, timeout_s=_timeout(profile))
+    except serving.ServingError as exc:
+        ev = Evidence("a speculative request was answered, and the log shows the smoke evidence")
+        ev.add(str(exc))
+        record(ev)
+    record(wait_for_log_evidence(server_log.read_new, profile, "smoke", log_name=server_log.name,
+                                 timeout_s=LOG_EVIDENCE_WAIT_S))

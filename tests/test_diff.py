@@ -132,7 +132,10 @@ def test_harness_errors_and_interruptions_are_relevant():
 def test_a_required_flag_change_is_relevant():
     a, b = seed_run(), seed_run()
     b.level("smoke").required = False
-    assert [str(c) for c in relevant(diff_runs(a, b))] == ["level smoke required: true -> false"]
+    # A level that is only measured is no longer claimed as qualified, and the diff says both.
+    assert [str(c) for c in relevant(diff_runs(a, b))] == [
+        "qualified levels: structure, format, reproduction, load, smoke -> structure, format, reproduction, load",
+        "level smoke required: true -> false"]
 
 
 def test_duplicate_check_ids_are_told_apart():

@@ -326,7 +326,8 @@ def test_launch_env_pins_the_draft_revision(seed_profile: Profile) -> None:
 
 
 def test_launch_env_uses_a_pinned_checkpoint_revision(tmp_path: Path, fixture_text: str) -> None:
-    unpinned = '# The fixture is generated locally; its revision is supplied at run time.\nrevision = ""'
+    unpinned = ("# folder's content revision (qualify.checksums.folder_revision), which changes with any byte.\n"
+                "revision = \"\"")
     path = write_variant(tmp_path, fixture_text, unpinned, f'revision = "{CANDIDATE_REV}"')
     profile = load_profile(path)
     assert profile.launch_env()["DFLASH_MODEL_REVISION"] == CANDIDATE_REV
@@ -424,7 +425,7 @@ def test_unknown_level_name(tmp_path: Path, fixture_text: str) -> None:
     path = write_variant(
         tmp_path,
         fixture_text,
-        'required = ["structure", "format", "reproduction"]',
+        'required = ["structure", "format", "reproduction", "load", "smoke", "acceptance", "losslessness"]',
         'required = ["structure", "fromat"]',
     )
     assert "$.levels.required[1]: 'fromat' is not one of" in profile_error(path)

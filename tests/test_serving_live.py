@@ -111,13 +111,15 @@ def pool(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def run_suites(draft_dir: Path, endpoint: str, levels: str, report_root: Path, *,
-               reference: str | None = None) -> Run:
+               reference: str | None = None, server_log: Path | None = None) -> Run:
     """The suites as a user runs them; returns the report they wrote (verdict recomputed on reading)."""
     report_root.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "pytest", "suites", "-p", "no:cacheprovider", "-q", "--checkpoint", str(draft_dir),
             "--profile", PROFILE, "--levels", levels, "--endpoint", endpoint, "--report-dir", str(report_root)]
     if reference:
         args += ["--reference-endpoint", reference]
+    if server_log:
+        args += ["--server-log", str(server_log)]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
     reports = sorted(report_root.glob("*/report.json"))
     assert len(reports) == 1, f"expected one report under {report_root}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -158,7 +160,8 @@ def good_pair(pool: Pool) -> dict[str, VLLMServer]:
 @pytest.fixture(scope="session")
 def good_run(pool: Pool, good_pair: dict[str, VLLMServer], tmp_path_factory: pytest.TempPathFactory) -> Run:
     run = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "smoke,acceptance,losslessness",
-                     tmp_path_factory.mktemp("good-1"), reference=good_pair["none"].endpoint)
+                     tmp_path_factory.mktemp("good-1"), reference=good_pair["none"].endpoint,
+                     server_log=good_pair["good"].log_path)
     pool.figures["good"] = acceptance_figures(run)
     lossless = check(run, "losslessness.greedy_identical").evidence
     pool.figures["losslessness"] = {k: lossless.measured.get(k) for k in ("prompts", "identical", "identical_fraction")}
@@ -172,6 +175,7 @@ def test_good_draft_is_qualified_for_smoke_acceptance_and_losslessness(good_run:
         "smoke.completion": Status.PASSED,
         "smoke.chat_completion": Status.PASSED,
         "smoke.speculating": Status.PASSED,
+        "smoke.log_evidence": Status.PASSED,
         "acceptance.draft_acceptance": Status.PASSED,
         "losslessness.greedy_identical": Status.PASSED,
     }, [f"{c.id}: {c.message}" for lv in good_run.levels for c in lv.checks]
@@ -210,7 +214,8 @@ def test_losslessness_is_measured(good_run: Run) -> None:
 def test_same_inputs_same_verdict(pool: Pool, good_pair: dict[str, VLLMServer], good_run: Run,
                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     again = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "smoke,acceptance,losslessness",
-                       tmp_path_factory.mktemp("good-2"), reference=good_pair["none"].endpoint)
+                       tmp_path_factory.mktemp("good-2"), reference=good_pair["none"].endpoint,
+                       server_log=good_pair["good"].log_path)
     assert again.verdict == good_run.verdict
     assert [(c.id, c.status) for lv in again.levels for c in lv.checks] == \
         [(c.id, c.status) for lv in good_run.levels for c in lv.checks]

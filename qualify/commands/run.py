@@ -1,0 +1,93 @@
+"""``qualify run``: one run of a profile from its inputs to the verdict, every level in order.
+
+The draft and its source come from local folders (``--checkpoint``, ``--source``) or from
+the hub at their pinned commits; the runtimes the levels need are prepared by the harness
+(a locally built image, the profile's local vLLM servers) and always torn down. ``make
+qualify`` is ``qualify run --profile fixture``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, parser_for
+
+#: CI can ask for JUnit through `make qualify`, whose command line it does not own.
+JUNIT_ENV = "QUALIFY_JUNIT_XML"
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value) if value else None
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> None:
+    """The options ``qualify run`` and ``qualify check`` share."""
+    p.add_argument("--source", type=Path, help="the source (unquantized) checkpoint directory at its pinned revision "
+                   "(default: the hub at the profile's source revision)")
+    p.add_argument("--profile", default="fixture", help="profile name or path to a .toml (default: fixture)")
+    p.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS,
+                   help="parent folder of the run folder (default: reports)")
+    p.add_argument("--levels", help=f"comma-separated subset of levels (default: {levels_default})")
+    p.add_argument("--junit-xml", type=Path, metavar="PATH", default=_env_path(JUNIT_ENV),
+                   help=f"also write the checks as JUnit XML to PATH, for CI test reports (default: ${JUNIT_ENV}, "
+                   "if set)")
+    runtime = p.add_argument_group("runtime and serving levels (load, smoke, acceptance, losslessness, throughput)")
+    runtime.add_argument("--draft-revision", help="the draft's immutable 40-hex commit (DFLASH_MODEL_REVISION; "
+                         "default: the profile's, else a local folder's content revision)")
+    runtime.add_argument("--image-digest", help="pin the runtime image to sha256:... where the profile states none")
+    runtime.add_argument("--allow-unpinned", action="store_true",
+                         help="launch with a moving image tag or revision; the report then says not reproducible")
+    runtime.add_argument("--hf-cache", type=Path, help="a Hugging Face hub cache: downloads go there, and the "
+                         "runtime mounts it read-only")
+    runtime.add_argument("--target", type=Path, help="a local target folder for the profile's [local_server]")
+    runtime.add_argument("--endpoint", help="OpenAI-compatible endpoint of a server already running (default: the "
+                         "runtime this run launches)")
+    runtime.add_argument("--reference-endpoint", help="the target served without a speculator (losslessness)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = parser_for(
+        sub, "run",
+        help="qualify a release from its inputs to the verdict: every level of a profile, in order",
+        description="Fetch (or take from local folders) the draft and its source, then run the profile's levels in "
+        "order -- structure, format, reproduction, load, smoke, acceptance, losslessness, throughput -- and write "
+        "REPORT_DIR/<run-id>/report.json and report.md. A level after a failed one is not run.",
+    )
+    p.add_argument("--checkpoint", type=Path, help="a local draft directory (default: the hub at --draft-revision)")
+    add_run_arguments(p, levels_default="the profile's required and measured levels")
+    p.set_defaults(func=run, default_levels="run")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pipeline import CHECKPOINT_LEVELS, RunOptions, run_qualification
+    from ..profile import load_profile
+    from ..render import summary_lines
+    from ..report import parse_levels
+
+    profile = load_profile(args.profile)
+    if args.default_levels == "run":
+        default = profile.run_levels
+    else:  # qualify check: what a checkpoint folder alone can show
+        default = tuple(lv for lv in profile.required_levels if lv in CHECKPOINT_LEVELS) or profile.required_levels
+    opts = RunOptions(
+        profile=profile, levels=parse_levels(args.levels, default), report_dir=args.report_dir,
+        checkpoint=args.checkpoint, source=args.source, target=args.target, draft_revision=args.draft_revision,
+        image_digest=args.image_digest, allow_unpinned=args.allow_unpinned, hf_cache=args.hf_cache,
+        endpoint=args.endpoint, reference_endpoint=args.reference_endpoint, junit_xml=args.junit_xml,
+        command=["qualify", *sys.argv[1:]], fetch_source=args.default_levels == "run",
+    )
+    run_, run_dir, code = run_qualification(opts)
+    print()
+    for line in summary_lines(run_):
+        print(line)
+    print(f"report: {run_dir / 'report.json'}")
+    print(f"        {run_dir / 'report.md'}")
+    if args.junit_xml:
+        print(f"junit:  {args.junit_xml}")
+    if code in (3, 4):  # pytest: internal error / usage error: the harness, not the checkpoint
+        return EXIT_ERROR
+    return EXIT_QUALIFIED if str(run_.verdict) == "qualified" else EXIT_NOT_QUALIFIED

@@ -1,0 +1,149 @@
+"""``qualify run`` (qualify.pipeline): inputs resolved and recorded, levels gated in order, measured levels
+never qualifying, local servers failing loudly -- all without a server, in-process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from qualify.checksums import folder_revision
+from qualify.errors import UsageError
+from qualify.local_serving import LocalServing
+from qualify.pipeline import RunOptions, resolve_checkpoint, run_qualification
+from qualify.profile import load_profile
+from qualify.report import Status, Verdict, read_json
+from qualify.runner import new_run
+from tests.helpers import FIXTURE, REPO, TRACEBACK
+
+FIXTURE_REVISION = "3ba54348460fb703c362fdc2c9cb5f0b194b5074"
+
+
+def _opts(tmp_path: Path, **kw: object) -> RunOptions:
+    profile = load_profile("fixture")
+    base: dict[str, object] = {"profile": profile, "levels": ["structure"], "report_dir": tmp_path / "reports",
+                               "checkpoint": FIXTURE / "mxfp8", "source": FIXTURE / "source"}
+    base.update(kw)
+    return RunOptions(**base)  # type: ignore[arg-type]
+
+
+def test_a_local_folder_is_identified_by_its_content(tmp_path: Path) -> None:
+    r = resolve_checkpoint(_opts(tmp_path))
+    assert (r.revision, r.revision_source, r.obtained) == (FIXTURE_REVISION, "content of the local folder",
+                                                           "local folder")
+    assert folder_revision(FIXTURE / "mxfp8") == FIXTURE_REVISION
+    # One changed byte is another revision.
+    copy = tmp_path / "copy"
+    shutil.copytree(FIXTURE / "mxfp8", copy)
+    (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
+    assert resolve_checkpoint(_opts(tmp_path, checkpoint=copy)).revision != FIXTURE_REVISION
+
+
+def test_a_given_draft_revision_wins_and_a_bad_one_is_a_usage_error(tmp_path: Path) -> None:
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    r = resolve_checkpoint(_opts(tmp_path, draft_revision=rev))
+    assert (r.revision, r.revision_source) == (rev, "--draft-revision")
+    with pytest.raises(UsageError, match="not an immutable commit"):
+        resolve_checkpoint(_opts(tmp_path, draft_revision="main"))
+
+
+def test_no_checkpoint_and_no_revision_says_what_to_give(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"give --draft-revision COMMIT .* or --checkpoint DIR"):
+        resolve_checkpoint(_opts(tmp_path, checkpoint=None))
+
+
+def test_an_unreachable_hub_is_a_written_not_qualified_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    run, run_dir, code = run_qualification(_opts(tmp_path, checkpoint=None, draft_revision=rev,
+                                                 hf_cache=tmp_path / "empty-cache"))
+    assert code == 1 and run.verdict is Verdict.NOT_QUALIFIED
+    back = read_json(run_dir / "report.json")
+    assert any("draft qualify-fixtures/dflash2-tiny-mxfp8@" + rev in e and "not (completely) in the local cache" in e
+               for e in back.errors), back.errors
+    assert back.level("structure").reason.startswith("not run: the inputs could not be obtained")
+
+
+def test_measured_levels_are_recorded_but_never_required_or_qualified() -> None:
+    profile = load_profile("fixture")
+    assert profile.measured_levels == ("throughput",)
+    assert "throughput" in profile.run_levels and "throughput" not in profile.required_levels
+    run = new_run(profile, None, None, ["structure", "throughput"])
+    assert [(lv.name, lv.required) for lv in run.levels] == [("structure", True), ("throughput", False)]
+
+
+def _broken_reproduction(tmp_path: Path) -> Path:
+    """The fixture with one scale byte moved: structure still reads it, reproduction must fail."""
+    ckpt = tmp_path / "broken"
+    shutil.copytree(FIXTURE / "mxfp8", ckpt)
+    tensors = load_file(ckpt / "model.safetensors")
+    name = next(k for k in sorted(tensors) if k.endswith("weight_scale"))
+    scale = tensors[name].clone()
+    scale.view(-1)[0] = (scale.view(-1)[0].to(torch.int32) + 1).to(torch.uint8)
+    tensors[name] = scale
+    save_file(tensors, ckpt / "model.safetensors")
+    return ckpt
+
+
+def _run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Path]:
+    """``qualify run`` in its own process (a nested in-process pytest session would share this one's modules)."""
+    reports = tmp_path / "reports"
+    proc = subprocess.run([sys.executable, "-m", "qualify.cli", "run", "--profile", "fixture", "--report-dir",
+                           str(reports), *args], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+    assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
+    (path,) = reports.glob("*/report.json")
+    return proc.returncode, path
+
+
+def test_levels_after_a_failed_one_are_not_run(tmp_path: Path) -> None:
+    ckpt = _broken_reproduction(tmp_path)
+    code, path = _run_cli(tmp_path, "--checkpoint", str(ckpt), "--source", str(FIXTURE / "source"),
+                          "--levels", "reproduction,load,smoke")
+    back = read_json(path)
+    assert code == 1 and back.verdict is Verdict.NOT_QUALIFIED
+    assert back.level("reproduction").status is Status.FAILED
+    for name in ("load", "smoke"):
+        lvl = back.level(name)
+        assert lvl.status is Status.NOT_RUN and lvl.checks, name
+        assert all(c.status is Status.NOT_RUN for c in lvl.checks)
+        assert lvl.reason.startswith("not run: level reproduction failed")
+        assert all("level reproduction failed" in c.message for c in lvl.checks)
+    # Nothing of the runtimes was touched: no container, no local server started.
+    assert not (path.parent / "server.log").exists() and not list(path.parent.glob("vllm-*.log"))
+
+
+def test_a_missing_vllm_venv_fails_every_serving_check_with_the_setup_hint(tmp_path: Path) -> None:
+    code, path = _run_cli(tmp_path, "--checkpoint", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"),
+                          "--levels", "smoke", env={"QUALIFY_VLLM_VENV": str(tmp_path / "no-vllm")})
+    run = read_json(path)
+    assert code == 1 and run.verdict is Verdict.NOT_QUALIFIED
+    checks = run.level("smoke").checks
+    assert checks and all(c.status is Status.ERROR for c in checks)
+    assert all("vLLM virtual environment" in c.message and "does not exist" in c.message for c in checks)
+
+
+def test_a_local_target_that_is_not_the_pinned_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = load_profile("fixture")
+    spec = profile.local_server
+    assert spec is not None
+    fake_target = tmp_path / "target"
+    fake_target.mkdir()
+    (fake_target / "config.json").write_text("{}")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / ".qualify-setup-complete").write_text("")
+    monkeypatch.setenv("QUALIFY_VLLM_VENV", str(venv))
+    if not (spec.draft / "config.json").is_file():
+        pytest.skip("the serving fixture is not built (python -m fixtures.serving)")
+    local = LocalServing(profile, tmp_path / "logs", target=fake_target)
+    with pytest.raises(Exception, match=r"content revision [0-9a-f]{40}, not the profile's \$\.target\.revision"):
+        local.endpoint()
+    local.stop()
