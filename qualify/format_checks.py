@@ -114,7 +114,7 @@ def _block_max_magnitude(blocks: torch.Tensor) -> torch.Tensor:
     """
     rows = blocks.shape[0]
     top = torch.empty(blocks.shape[:-1], dtype=torch.uint8)
-    step = max(1, _SCAN_CHUNK // max(1, blocks[0].numel()))
+    step = max(1, _SCAN_CHUNK // max(1, blocks.shape[1] * blocks.shape[2]))  # rows per step; there may be none
     scratch = torch.empty((min(step, rows), *blocks.shape[1:]), dtype=torch.uint8)
     for start in range(0, rows, step):
         stop = min(start + step, rows)
@@ -232,31 +232,34 @@ def check_block_normalization(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK
     blocks = bad_total = 0
     layout = Layout.of(ckpt)
 
-    def examine(name: str) -> tuple[int, int, int, int, float] | None:
-        """(blocks, unnormalised blocks, first row, first block, its max |element|), None if not examinable."""
+    def examine(name: str) -> tuple[int, tuple[int, int, int, float] | None] | None:
+        """(blocks, None or (bad blocks, first row, first block, its max |element|)); None if not examinable."""
         info = ckpt.info(name)
         scale = name[: -len(WEIGHT_SUFFIX)] + SCALE_SUFFIX
         if len(info.shape) != 2 or info.shape[1] % block_size or scale not in ckpt:
             return None  # reported by check_weights / check_scales
         sinfo = ckpt.info(scale)
-        if sinfo.dtype != SCALE or list(sinfo.shape) != [info.shape[0], info.shape[1] // block_size]:
+        rows, per_row = info.shape[0], info.shape[1] // block_size
+        if sinfo.dtype != SCALE or list(sinfo.shape) != [rows, per_row]:
             return None
-        bmax = _block_max_magnitude(_u8(ckpt, name).reshape(info.shape[0], -1, block_size))
+        # Explicit dimensions: a weight with no rows has no bytes, and -1 would be ambiguous.
+        bmax = _block_max_magnitude(_u8(ckpt, name).reshape(rows, per_row, block_size))
         clamped = _u8(ckpt, scale).reshape(bmax.shape) == 0  # exponent clamped at -127: tiny values
         off = (bmax != 0) & ~clamped & ((bmax < lo) | (bmax > hi))
         n = int(torch.count_nonzero(off))
         if not n:
-            return bmax.numel(), 0, 0, 0, 0.0
+            return bmax.numel(), None
         row, col = (int(i) for i in off.nonzero()[0])
-        return bmax.numel(), n, row, col, float(bmax[row, col])
+        return bmax.numel(), (n, row, col, float(bmax[row, col]))
 
     # Every weight byte is read here, so tensors are examined on worker threads, reported in order.
     for name, found in zip(layout.quantized, thread_map(examine, layout.quantized), strict=True):
         if found is None:
             continue
-        count, n, row, col, value = found
+        count, bad = found
         blocks += count
-        if n:
+        if bad:
+            n, row, col, value = bad
             bad_total += n
             ev.add(f"{n} of {count} blocks are not normalised by their scale (first: row {row}, "
                    f"block {col}, max |element| {value:g}); the elements were not scaled "

@@ -10,6 +10,7 @@ What is measured comes back as plain data; the figures and the gate are in
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import math
 import statistics
@@ -38,6 +39,33 @@ SETTLE_DEADLINE_S = 10.0
 
 class ServingError(HarnessError):
     """The endpoint did not answer as an OpenAI-compatible vLLM server does (unreachable, timed out, malformed)."""
+
+
+class ServerUnavailable(ServingError):
+    """The server stopped answering: a request timed out, or the connection was refused or cut off.
+
+    Every further request would wait out its own timeout (or fail the same way), so a
+    measurement ends at the first one and says how much was left unmeasured.
+    """
+
+
+def describe_request_error(exc: BaseException, timeout_s: float | None) -> ServingError:
+    """An ``openai`` client exception (or a body that is not JSON) as a :class:`ServingError` saying what happened."""
+    from openai import APIConnectionError, APIStatusError, APITimeoutError
+
+    if isinstance(exc, APITimeoutError):
+        after = f" after {timeout_s:g} s" if timeout_s is not None else ""
+        return ServerUnavailable(f"timed out{after}: the server did not answer")
+    if isinstance(exc, APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+        return ServerUnavailable(f"connection failed ({detail}): the server is down or closed the connection")
+    if isinstance(exc, APIStatusError):
+        body = exc.response.text if exc.response is not None else ""
+        return ServingError(f"HTTP {exc.status_code}: {body[:300] or exc.message}")
+    if isinstance(exc, ValueError):  # json.JSONDecodeError: the body is not JSON
+        return ServingError(f"malformed response: not JSON ({exc})")
+    return ServingError(f"{type(exc).__name__}: {exc}")
 
 
 # -- prompts -----------------------------------------------------------------------------------
@@ -140,9 +168,14 @@ def fetch_text(url: str, timeout_s: float = 30.0) -> str:
             return response.read().decode("utf-8")
     except urllib.error.HTTPError as exc:
         raise ServingError(f"GET {url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        # A timeout while connecting comes wrapped in URLError, one while reading bare; a
+        # server that died mid-answer is a reset, a refused connection, or an incomplete read.
         reason = getattr(exc, "reason", exc)
-        raise ServingError(f"GET {url}: {reason}") from None
+        if isinstance(reason, TimeoutError):
+            raise ServerUnavailable(f"GET {url}: timed out after {timeout_s:g} s: the server did not answer") from None
+        raise ServerUnavailable(f"GET {url}: connection failed ({type(reason).__name__}: {reason}): the server is "
+                                "down or closed the connection") from None
     except UnicodeDecodeError as exc:
         raise ServingError(f"GET {url}: not UTF-8 text: {exc}") from None
 
@@ -185,8 +218,17 @@ def settled_counters(
         last = now
 
 
-def list_models(client: Any) -> list[str]:
-    return sorted(m.id for m in client.models.list().data)
+def list_models(client: Any, timeout_s: float | None = None) -> list[str]:
+    """The model ids /v1/models lists; :class:`ServingError` if the request fails or the answer is not a list."""
+    from openai import OpenAIError
+
+    try:
+        page = client.models.list(**({"timeout": timeout_s} if timeout_s is not None else {}))
+        return sorted(str(m.id) for m in page.data)
+    except (OpenAIError, ValueError) as exc:
+        raise describe_request_error(exc, timeout_s) from None
+    except (AttributeError, TypeError) as exc:
+        raise ServingError(f"malformed /v1/models response: {exc}") from None
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -228,27 +270,31 @@ def complete(
     try:
         if prompt.kind == "chat":
             response = client.chat.completions.create(messages=list(prompt.messages or ()), **common)
-            choice = response.choices[0]
-            text = choice.message.content or ""
         else:
             response = client.completions.create(prompt=prompt.prompt, **common)
-            choice = response.choices[0]
-            text = choice.text or ""
-    except OpenAIError as exc:
-        raise ServingError(f"prompt {prompt.id}: {type(exc).__name__}: {exc}") from None
+    except (OpenAIError, ValueError) as exc:  # ValueError: a body that is not JSON
+        err = describe_request_error(exc, timeout_s)
+        raise type(err)(f"prompt {prompt.id}: {err}") from None
     elapsed = time.perf_counter() - started
-    if not response.choices:
-        raise ServingError(f"prompt {prompt.id}: the response has no choices")
-    ids = _extra(choice, "token_ids")
-    usage = getattr(response, "usage", None)
-    return Completion(
-        prompt_id=prompt.id,
-        text=text,
-        token_ids=tuple(int(i) for i in ids) if ids is not None else None,
-        completion_tokens=getattr(usage, "completion_tokens", None),
-        finish_reason=choice.finish_reason,
-        elapsed_s=elapsed,
-    )
+    # The client builds its objects leniently: a JSON body of another shape (or a body that is
+    # not JSON at all, returned as text) shows up only when it is read.
+    try:
+        if not response.choices:
+            raise ServingError(f"prompt {prompt.id}: the response has no choices")
+        choice = response.choices[0]
+        text = (choice.message.content if prompt.kind == "chat" else choice.text) or ""
+        ids = _extra(choice, "token_ids")
+        usage = getattr(response, "usage", None)
+        return Completion(
+            prompt_id=prompt.id,
+            text=text,
+            token_ids=tuple(int(i) for i in ids) if ids is not None else None,
+            completion_tokens=getattr(usage, "completion_tokens", None),
+            finish_reason=choice.finish_reason,
+            elapsed_s=elapsed,
+        )
+    except (AttributeError, TypeError, ValueError, IndexError) as exc:
+        raise ServingError(f"prompt {prompt.id}: malformed response ({type(exc).__name__}: {exc})") from None
 
 
 def completion_findings(c: Completion, max_tokens: int) -> list[str]:
@@ -282,7 +328,7 @@ def measure_acceptance(
     such error ends the measurement.
     """
     run = MeasuredRun(sd.AcceptanceMeasurement(expected_categories=tuple(categories)))
-    for p in prompts:
+    for i, p in enumerate(prompts):
         try:
             before = settled_counters(endpoint, model, timeout_s=timeout_s)
             c = complete(client, model, p, max_tokens=max_tokens, temperature=temperature, timeout_s=timeout_s,
@@ -294,6 +340,10 @@ def measure_acceptance(
             if isinstance(exc, sd.CountersMissing):  # every further prompt would fail the same way
                 break
             continue
+        except ServerUnavailable as exc:
+            # Each further prompt would wait out its own timeout against a server that is gone.
+            run.measurement.failures.append(_stopped(exc, p, prompts[i + 1:]))
+            break
         except ServingError as exc:
             run.measurement.failures.append(str(exc))
             continue
@@ -310,12 +360,25 @@ def greedy_outputs(
     """Temperature-0 outputs of every prompt, and a line for each prompt that failed."""
     out: dict[str, Completion] = {}
     failures = []
-    for p in prompts:
+    for i, p in enumerate(prompts):
         try:
             out[p.id] = complete(client, model, p, max_tokens=max_tokens, temperature=0.0, timeout_s=timeout_s)
+        except ServerUnavailable as exc:
+            failures.append(_stopped(exc, p, prompts[i + 1:]))
+            break
         except ServingError as exc:
             failures.append(str(exc))
     return out, failures
+
+
+def _stopped(exc: ServingError, at: Prompt, rest: Sequence[Prompt]) -> str:
+    """The failure line of a measurement that ended because the server stopped answering."""
+    text = str(exc)
+    if not text.startswith(f"prompt {at.id}:"):
+        text = f"prompt {at.id}: {text}"
+    if rest:
+        text += f"; the measurement stopped there: {len(rest)} further prompt(s) not asked"
+    return text
 
 
 # -- smoke -------------------------------------------------------------------------------------
@@ -326,16 +389,15 @@ SMOKE_CHAT = Prompt("smoke-chat", "smoke", "chat",
                     messages=({"role": "user", "content": "What does the baker on the corner sell?"},))
 
 
-def check_models(client: Any, served_model: str, server_info: dict[str, Any]) -> Evidence:
+def check_models(client: Any, served_model: str, server_info: dict[str, Any], *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> Evidence:
     """/v1/models lists the served model name."""
-    from openai import OpenAIError
-
     ev = Evidence(f"/v1/models does not list {served_model!r}")
     ev.measured["server"] = server_info
     try:
-        models = list_models(client)
-    except OpenAIError as exc:
-        ev.add(f"/v1/models failed: {type(exc).__name__}: {exc}")
+        models = list_models(client, timeout_s)
+    except ServingError as exc:
+        ev.add(f"/v1/models failed: {exc}")
         return ev
     ev.measured["models"] = models
     ev.expected["model"] = served_model
@@ -430,8 +492,9 @@ def stream_one(
             usage = getattr(chunk, "usage", None)
             if usage is not None and usage.completion_tokens is not None:
                 tokens = int(usage.completion_tokens)
-    except OpenAIError as exc:
-        return StreamedRequest(prompt.id, False, f"{type(exc).__name__}: {exc}", 0, None, None, clock() - started)
+    except (OpenAIError, ValueError) as exc:  # ValueError: an event that is not JSON
+        return StreamedRequest(prompt.id, False, str(describe_request_error(exc, timeout_s)), 0, None, None,
+                               clock() - started)
     ttft = first - started if first is not None else None
     # With speculation one chunk may carry several tokens: the inter-token latency is the
     # decode time spread over the tokens after the first, not the gap between chunks.

@@ -12,6 +12,7 @@ from fixtures.corpus import swizzle_scales
 from qualify import mxfp8
 from qualify import reproduce as r
 from qualify.convert import describe_conversion
+from qualify.errors import CheckpointError
 from qualify.manifest import load_manifest
 from qualify.profile import load_profile
 from qualify.safetensors_io import Checkpoint
@@ -156,3 +157,341 @@ def test_differences_list_positions_with_source_values():
     assert res.weight_bytes_differ == 1 and res.diffs[0].index == (1, 6)
     assert res.diffs[0].source_value == pytest.approx(float(src[1, 6]))
     assert "w[1, 6]: expected 0x" in res.describe() and "isolated weight bytes" in res.describe()
+
+
+# --------------------------------------------------------------------------- exact results
+# Each case pins the whole result (counts, positions, cause, message), so a comparison that
+# miscounts, stops early or gives the wrong reason is caught (from mutation testing; see the
+# README's reliability section).
+
+MODELOPT, FLOOR = mxfp8.ScaleRecipe.MODELOPT, mxfp8.ScaleRecipe.OCP_FLOOR
+
+
+def source_weight(n=64, k=64, seed=5):
+    return torch.randn(n, k, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
+def test_byte_diff_and_result_text():
+    d = r.ByteDiff("w", (1, 2), 0x7, 0xAB, 0.123456789)
+    assert str(d) == "w[1, 2]: expected 0x07, found 0xab (source value 0.123457)"
+    assert str(r.ByteDiff("s", (3,), 0x10, 0x11)) == "s[3]: expected 0x10, found 0x11"
+    res = r.TensorResult("w", "quantized", weight_bytes=10, weight_bytes_differ=2, scale_bytes=4, scale_bytes_differ=1,
+                         diffs=[r.ByteDiff("w", (i,), 0, 1) for i in range(7)], cause="a reason")
+    first = ", ".join(f"w[{i}]: expected 0x00, found 0x01" for i in range(5))
+    assert res.describe() == (f"2 of 10 weight bytes differ; 1 of 4 scale bytes differ; first: {first}. "
+                              "Most likely cause: a reason")
+    assert not res.identical
+    assert r.TensorResult("w", "kept").describe() == "identical" and r.TensorResult("w", "kept").identical
+    assert r.TensorResult("w", "kept", scale_bytes_differ=1).describe() == "1 of 0 scale bytes differ"
+    assert not r.TensorResult("w", "kept", scale_bytes_differ=1).identical
+    broken = r.TensorResult("w", "kept", problem="no such tensor", weight_bytes_differ=3)
+    assert broken.describe() == "no such tensor" and not broken.identical
+
+
+def test_same_bytes_compares_every_byte():
+    a = torch.arange(20, dtype=torch.uint8)
+    assert r.same_bytes(a, a.clone())
+    assert not r.same_bytes(a, a[:19].clone())
+    for i in (0, 7, 8, 15, 16, 19):  # in the 8-byte words and in the tail
+        b = a.clone()
+        b[i] ^= 1
+        assert not r.same_bytes(a, b), i
+    odd = torch.arange(21, dtype=torch.uint8)[1:]  # an offset torch cannot view as int64
+    assert r.same_bytes(odd, odd.clone()) and not r.same_bytes(odd, a)
+    assert r.same_bytes(torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.uint8))
+
+
+def test_counting_differences_across_chunks(monkeypatch):
+    monkeypatch.setattr(r, "_COUNT_CHUNK", 4)
+    a = torch.zeros(20, dtype=torch.uint8)
+    b = a.clone()
+    for i in (1, 2, 9, 12, 13, 14, 19):
+        b[i] = 1
+    assert r._count_differing(a, b) == (7, [1, 2, 9, 12, 13])
+    assert r._count_differing(a, a) == (0, [])
+
+
+def test_differences_are_located_in_the_tensor_shape():
+    src = source_weight(4, 32)
+    exp = torch.zeros(128, dtype=torch.uint8)
+    found = exp.clone()
+    found[33], found[127] = 5, 6
+    n, diffs = r._positions("w", exp, found, (4, 32), src)
+    assert n == 2 and [(d.index, d.expected, d.found) for d in diffs] == [((1, 1), 0, 5), ((3, 31), 0, 6)]
+    assert [d.source_value for d in diffs] == [float(src[1, 1]), float(src[3, 31])]
+    n, diffs = r._positions("w_scale", exp, found, (4, 32), src, scale_rows=1)
+    assert n == 2 and [d.source_value for d in diffs] == [None, None]
+    assert r._positions("w", exp, exp, (4, 32), src) == (0, [])
+
+
+def test_compare_quantized_identical_and_wrong_size():
+    src = source_weight()
+    q = mxfp8.quantize(src, MODELOPT)
+    same = r.compare_quantized("w", src, u8(q.data), u8(q.scale), MODELOPT)
+    assert same.identical and (same.weight_bytes, same.scale_bytes) == (4096, 128)
+    assert (same.diffs, same.cause, same.explained_by) == ([], None, None)
+    short = r.compare_quantized("w", src, u8(q.data)[:10], u8(q.scale), MODELOPT)
+    assert short.problem == "sizes differ: found 10 weight and 128 scale bytes, the source quantizes to 4096 and 128"
+    short = r.compare_quantized("w", src, u8(q.data), u8(q.scale)[:3], MODELOPT)
+    assert short.problem == "sizes differ: found 4096 weight and 3 scale bytes, the source quantizes to 4096 and 128"
+
+
+def test_another_recipe_is_named_as_the_producer():
+    src = source_weight()
+    o = mxfp8.quantize(src, FLOOR)
+    res = r.compare_quantized("w", src, u8(o.data), u8(o.scale), MODELOPT)
+    assert (res.weight_bytes_differ, res.scale_bytes_differ) == (704, 22)
+    assert res.cause == "produced with the 'ocp-floor' scale recipe, not 'modelopt'"
+    assert res.explained_by == "ocp-floor"
+    # Scale differences come first in the positions listed, then the weight's.
+    assert [d.tensor for d in res.diffs] == ["w_scale"] * 5
+    q = mxfp8.quantize(src, MODELOPT)
+    back = r.compare_quantized("w", src, u8(q.data), u8(q.scale), FLOOR)
+    assert back.explained_by == "modelopt"
+
+
+def test_scale_only_differences_are_diagnosed():
+    src = source_weight()
+    q = mxfp8.quantize(src, MODELOPT)
+    s = u8(q.scale).clone()
+    s[3] += 1
+    s[7] += 1
+    res = r.compare_quantized("w", src, u8(q.data), s, MODELOPT)
+    assert res.describe() == (
+        "2 of 128 scale bytes differ; first: w_scale[1, 1]: expected 0x78, found 0x79, w_scale[3, 1]: expected "
+        "0x78, found 0x79. Most likely cause: 2 block scale(s) off by +1 exponent(s) while the elements match: a "
+        "scale rule that rounds differently at block boundaries, or edited scales")
+    assert res.explained_by is None
+    s[7] -= 3
+    res = r.compare_quantized("w", src, u8(q.data), s, MODELOPT)
+    assert res.cause == "scale bytes differ while the elements match: scales were computed or stored differently"
+    s = u8(q.scale).clone()
+    s[3] -= 2
+    assert r.compare_quantized("w", src, u8(q.data), s, MODELOPT).cause.startswith(
+        "1 block scale(s) off by -2 exponent(s)")
+
+
+def test_weight_only_differences_are_diagnosed():
+    src = source_weight()
+    q = mxfp8.quantize(src, MODELOPT)
+    few = u8(q.data).clone()
+    few[:16] ^= 1
+    res = r.compare_quantized("w", src, few, u8(q.scale), MODELOPT)
+    assert res.cause == "a few isolated weight bytes changed after quantization (corruption or an edited file)"
+    assert [d.index for d in res.diffs] == [(0, i) for i in range(5)]
+    more = u8(q.data).clone()
+    more[:17] ^= 1
+    assert r.compare_quantized("w", src, more, u8(q.scale), MODELOPT).cause == (
+        "the quantizer that made these bytes rounds differently from every known recipe")
+    most = u8(q.data).clone()
+    most[:2049] ^= 1
+    assert r.compare_quantized("w", src, most, u8(q.scale), MODELOPT).cause == (
+        "most bytes differ: the source is not the one this checkpoint was made from (another revision?), or the "
+        "weight was not quantized from it")
+    half = u8(q.data).clone()
+    half[:2048] ^= 1
+    assert r.compare_quantized("w", src, half, u8(q.scale), MODELOPT).cause.startswith("the quantizer that made")
+
+
+def test_weight_and_scale_differences_without_a_known_cause():
+    src = source_weight()
+    q = mxfp8.quantize(src, MODELOPT)
+    d, s = u8(q.data).clone(), u8(q.scale).clone()
+    d[5] ^= 1
+    s[0] += 1
+    res = r.compare_quantized("w", src, d, s, MODELOPT)
+    assert (res.weight_bytes_differ, res.scale_bytes_differ) == (1, 1)
+    assert res.cause == "the quantizer that made these bytes rounds differently from every known recipe"
+    assert [x.tensor for x in res.diffs] == ["w_scale", "w"]
+
+
+def test_a_clamped_block_scaled_by_another_factor_is_named():
+    src = source_weight(32, 64)
+    w = src.clone()
+    w[0, :32] = 1e-39  # subnormal block: its scale byte is 0 (exponent clamped at -127)
+    q = mxfp8.quantize(w, MODELOPT)
+    assert int(u8(q.scale)[0]) == 0
+    d = u8(q.data).clone()
+    d[3] ^= 1
+    res = r.compare_quantized("w", w, d, u8(q.scale), MODELOPT)
+    assert res.cause.startswith("the differing elements all sit in 1 block(s) whose scale byte is 0 (exponent "
+                                "clamped at -127)")
+    d[40] ^= 1  # and one in a normal block: not that explanation
+    assert not r.compare_quantized("w", w, d, u8(q.scale), MODELOPT).cause.startswith("the differing elements")
+
+
+def test_a_transposed_square_weight_is_named_only_when_rows_block():
+    src = source_weight(64, 64)
+    t = mxfp8.quantize(src.t().contiguous(), MODELOPT)
+    q = mxfp8.quantize(src, MODELOPT)
+    res = r.compare_quantized("w", src, u8(t.data), u8(q.scale), MODELOPT)
+    assert res.cause == "the weight was quantized transposed: blocks must run along the input dimension K of [N, K]"
+    # 48 rows do not block along N: the transposed explanation is not tried (it could not be quantized).
+    odd = source_weight(48, 64)
+    q = mxfp8.quantize(odd, MODELOPT)
+    flipped = u8(mxfp8.quantize(odd.flip(0), MODELOPT).data)
+    assert r.compare_quantized("w", odd, flipped, u8(q.scale), MODELOPT).cause.startswith("most bytes differ")
+
+
+def two_checkpoints(tmp_path, out_tensors, src_tensors):
+    return (Checkpoint.open(write_checkpoint(tmp_path / "out", out_tensors)),
+            Checkpoint.open(write_checkpoint(tmp_path / "src", src_tensors)))
+
+
+def test_compare_unquantized_exactly(tmp_path):
+    norm = torch.ones(40, dtype=torch.bfloat16)
+    changed = norm.clone()
+    changed[3] = 2.0
+    changed[30] = 3.0
+    out, src = two_checkpoints(tmp_path, {"a": norm, "b": changed, "c": norm.float(), "d": norm[:20].clone()},
+                               {"a": norm, "b": norm, "c": norm, "d": norm})
+    with out, src:
+        same = r.compare_unquantized("a", "kept", src, out)
+        assert same.identical and same.weight_bytes == 80 and same.diffs == []
+        diff = r.compare_unquantized("b", "excluded", src, out)
+        assert (diff.weight_bytes, diff.weight_bytes_differ) == (80, 4)
+        assert [str(x) for x in diff.diffs] == ["b[6]: expected 0x80, found 0x00"]
+        assert diff.cause == "a excluded tensor must be byte-identical to the source"
+        assert r.compare_unquantized("c", "kept", src, out).problem == (
+            "kept tensor is F32 [40] but the source has BF16 [40]; it must be copied unchanged")
+        assert r.compare_unquantized("d", "kept", src, out).problem == (
+            "kept tensor is BF16 [20] but the source has BF16 [40]; it must be copied unchanged")
+
+
+def quantized_pair(name, w, recipe=MODELOPT):
+    q = mxfp8.quantize(w, recipe)
+    return {name: q.data, name + "_scale": q.scale}
+
+
+def test_plan_and_recipe_detection(tmp_path):
+    a, b, c, d = (source_weight(seed=s) for s in (1, 2, 3, 4))
+    out_t = {**quantized_pair("a.weight", a, FLOOR), **quantized_pair("b.weight", b, FLOOR),
+             **quantized_pair("c.weight", c, FLOOR), **quantized_pair("d.weight", d),
+             "norm.weight": torch.ones(4, dtype=torch.bfloat16), "extra.weight": torch.ones(4, dtype=torch.bfloat16)}
+    out, src = two_checkpoints(tmp_path, out_t, {"a.weight": a, "b.weight": b, "c.weight": c, "d.weight": d,
+                                                 "norm.weight": torch.ones(4, dtype=torch.bfloat16)})
+    with out, src:
+        plan = r.plan_from_checkpoint(out, src)
+        assert plan == [r.PlanItem("a.weight", "quantized"), r.PlanItem("b.weight", "quantized"),
+                        r.PlanItem("c.weight", "quantized"), r.PlanItem("d.weight", "quantized"),
+                        r.PlanItem("norm.weight", "kept")]
+        # Only the first three quantized tensors are probed: d (modelopt) does not count.
+        assert r.resolve_recipe(plan, out, src, None) == (FLOOR, "detected", {"modelopt": 0, "ocp-floor": 3})
+        assert r.resolve_recipe(plan, out, src, "modelopt") == (MODELOPT, "declared", {})
+        only_d = [r.PlanItem("d.weight", "quantized")]
+        assert r.resolve_recipe(only_d, out, src, None) == (MODELOPT, "detected", {"modelopt": 1, "ocp-floor": 0})
+        assert r.resolve_recipe([], out, src, None) == (None, "detected", {"modelopt": 0, "ocp-floor": 0})
+
+
+def test_recipe_detection_skips_unreadable_probes(tmp_path, monkeypatch):
+    a = source_weight()
+    out, src = two_checkpoints(tmp_path, quantized_pair("a.weight", a), {"a.weight": a})
+    real = r.compare_quantized
+
+    def flaky(name, *args):
+        if args[-1] is FLOOR:
+            raise CheckpointError("unreadable", file="model.safetensors")
+        return real(name, *args)
+
+    monkeypatch.setattr(r, "compare_quantized", flaky)
+    with out, src:
+        assert r.resolve_recipe([r.PlanItem("a.weight", "quantized")], out, src, None) == (
+            MODELOPT, "detected", {"modelopt": 1, "ocp-floor": 0})
+
+
+def test_reproduce_one_names_what_is_missing(tmp_path):
+    a = source_weight()
+    q = mxfp8.quantize(a, MODELOPT)
+    out, src = two_checkpoints(tmp_path, {"a.weight": q.data, "b.weight": q.data, "n": torch.ones(2)},
+                               {"a.weight": a, "n": torch.ones(2), "gone": torch.ones(2)})
+    with out, src:
+        one = lambda name, action="quantized": r._reproduce_one(r.PlanItem(name, action), out, src, MODELOPT)  # noqa: E731
+        assert one("b.weight").problem == "the source has no such tensor"
+        assert one("gone", "kept").problem == "the checkpoint has no such tensor"
+        assert one("a.weight").problem == "the checkpoint has no 'a.weight_scale'"
+        assert one("n", "kept").identical and one("n", "kept").action == "kept"
+
+
+def test_summarize_counts_by_kind():
+    results = [
+        r.TensorResult("a", "quantized", weight_bytes=10, weight_bytes_differ=2, scale_bytes=3, scale_bytes_differ=1),
+        r.TensorResult("b", "quantized", weight_bytes=5, scale_bytes=2),
+        r.TensorResult("c", "kept", weight_bytes=7),
+        r.TensorResult("d", "excluded", weight_bytes=4, weight_bytes_differ=4),
+    ]
+    assert r.summarize(results) == {
+        "quantized_tensors": 2, "quantized_identical": 1, "weight_bytes_compared": 15, "weight_bytes_differing": 2,
+        "scale_bytes_compared": 5, "scale_bytes_differing": 1, "unquantized_tensors": 2,
+        "unquantized_identical": 1, "unquantized_bytes_compared": 11,
+    }
+
+
+def test_check_quantized_exactly(tmp_path):
+    a, b = source_weight(seed=1), source_weight(seed=2)
+    out, src = two_checkpoints(tmp_path, {**quantized_pair("a.weight", a, FLOOR), **quantized_pair("b.weight", b)},
+                               {"a.weight": a, "b.weight": b})
+    plan = [r.PlanItem("a.weight", "quantized"), r.PlanItem("b.weight", "quantized")]
+    with out, src:
+        ev = r.check_quantized(plan, out, src, declared_recipe="modelopt", source_revision="abc")
+        assert [(f.file, f.tensor) for f in ev.findings] == [(None, None), ("model.safetensors", "a.weight")]
+        assert ev.findings[1].message.endswith("Most likely cause: produced with the 'ocp-floor' scale recipe, not "
+                                               "'modelopt'")
+        assert ev.measured["explained_by_other_recipe"] == {"ocp-floor": 1}
+        assert {k: ev.measured[k] for k in ("source_revision", "recipe", "recipe_chosen")} == {
+            "source_revision": "abc", "recipe": "modelopt", "recipe_chosen": "declared"}
+        assert "recipe_probe" not in ev.measured
+        assert ev.measured["quantized_tensors"] == 2 and ev.measured["quantized_identical"] == 1
+        assert ev.summary == ("re-quantizing the source with the reference MXFP8 quantizer reproduces every weight "
+                              "and scale byte")
+        both = r.check_quantized(plan[:1], out, src, declared_recipe="modelopt", source_revision=None)
+        assert [f.tensor for f in both.findings] == [None, "a.weight"]
+        assert both.findings[0].message == ("every differing tensor (1) is reproduced exactly by the 'ocp-floor' "
+                                            "recipe: the checkpoint was made with 'ocp-floor', not the 'modelopt' "
+                                            "it was compared with")
+        detected = r.check_quantized(plan, out, src, declared_recipe=None, source_revision=None)
+        assert detected.measured["recipe_probe"] == {"modelopt": 1, "ocp-floor": 1}
+        assert detected.measured["recipe_chosen"] == "detected" and detected.measured["recipe"] == "modelopt"
+        nothing = r.check_quantized([r.PlanItem("n", "kept")], out, src, declared_recipe=None, source_revision="x")
+        assert [f.message for f in nothing.findings] == ["no tensor is marked quantized: there is nothing to reproduce"]
+        assert nothing.measured == {"source_revision": "x"}
+
+
+def test_check_quantized_when_nothing_reproduces(tmp_path):
+    a, b = source_weight(seed=1), source_weight(seed=2)
+    q = mxfp8.quantize(a, MODELOPT)
+    d = u8(q.data).clone()
+    d[:40] ^= 1
+    out, src = two_checkpoints(tmp_path, {"a.weight": d.view(torch.float8_e4m3fn).reshape(64, 64),
+                                          "a.weight_scale": q.scale}, {"a.weight": a, "b.weight": b})
+    plan = [r.PlanItem("a.weight", "quantized"), r.PlanItem("b.weight", "quantized")]
+    with out, src:
+        ev = r.check_quantized(plan, out, src, declared_recipe=None, source_revision=None)
+    assert [f.tensor for f in ev.findings] == [None, None, "a.weight", "b.weight"]
+    assert ev.findings[0].message == (
+        "no quantized tensor reproduces: the source is probably not the revision this checkpoint was converted from "
+        "(see structure.source_checksums), or it was made by an unknown quantizer")
+    assert ev.findings[1].message == (
+        "no known recipe (modelopt, ocp-floor) reproduces the first quantized tensors; the checkpoint was made by a "
+        "quantizer whose rounding is not one of them, or from another source")
+    assert ev.findings[3].message == "the checkpoint has no such tensor" and ev.findings[3].file is None
+    assert ev.measured["recipe"] is None and ev.measured["recipe_probe"] == {"modelopt": 0, "ocp-floor": 0}
+    assert "explained_by_other_recipe" not in ev.measured
+
+
+def test_check_unquantized_exactly(tmp_path):
+    norm = torch.ones(8, dtype=torch.bfloat16)
+    out, src = two_checkpoints(tmp_path, {"n": norm, "m": norm * 2}, {"n": norm, "m": norm, "x": norm})
+    plan = [r.PlanItem("n", "kept"), r.PlanItem("m", "excluded"), r.PlanItem("x", "kept"),
+            r.PlanItem("q", "quantized")]
+    with out, src:
+        ev = r.check_unquantized(plan, out, src)
+        none = r.check_unquantized(plan[3:], out, src)
+    assert [(f.file, f.tensor, f.message) for f in ev.findings] == [
+        ("model.safetensors", "m", "16 of 16 weight bytes differ; first: m[0]: expected 0x80, found 0x00. Most "
+                                   "likely cause: a excluded tensor must be byte-identical to the source"),
+        (None, "x", "the checkpoint has no such tensor"),
+    ]
+    assert ev.measured == {"unquantized_tensors": 3, "unquantized_identical": 1, "unquantized_bytes_compared": 32}
+    assert ev.summary == "kept and excluded tensors are byte-identical to the source"
+    assert [f.message for f in none.findings] == [
+        "no kept or excluded tensor: an MXFP8 draft keeps at least its norms and lm_head unquantized"]

@@ -341,3 +341,176 @@ def test_losslessness_never_passes_on_missing_data() -> None:
     assert "returned no token ids" in ev.failure_text()
     ok = [sd.OutputPair("a", "chat", (1,), (1,))]
     assert not sd.losslessness_evidence(ok, min_identical_fraction=1.0, max_tokens=1, failures=["reference: x"]).ok
+
+
+# -- the gate, exactly ---------------------------------------------------------------------
+# Every finding and figure the gate reports, pinned: these cases come from mutation testing
+# (see the README's reliability section) and each one fails if a comparison or a count is off.
+
+
+def test_bootstrap_settings_are_validated() -> None:
+    assert Bootstrap(resamples=1, confidence=0.5).resamples == 1
+    for bad, words in [({"resamples": 0}, "resamples must be >= 1, not 0"),
+                       ({"confidence": 0.0}, "confidence must be in (0, 1), not 0.0"),
+                       ({"confidence": 1.0}, "confidence must be in (0, 1), not 1.0")]:
+        with pytest.raises(ValueError) as err:
+            Bootstrap(**bad)
+        assert str(err.value) == words
+    assert Bootstrap().to_dict() == {
+        "resamples": 2000, "confidence": 0.95, "seed": 0,
+        "method": "percentile bootstrap; prompts resampled with replacement; indices int(random.Random(seed).random() "
+                  "* n); quantiles linearly interpolated"}
+
+
+def test_quantile_ends_and_interpolation() -> None:
+    values = [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert [sd.quantile(values, q) for q in (0.0, 0.25, 0.5, 0.6, 1.0)] == [1.0, 2.0, 4.0, 5.6, 16.0]
+    assert sd.quantile([3.0, 5.0], 0.75) == 4.5
+
+
+def test_resampling_draws_each_prompt_by_the_documented_index_rule() -> None:
+    import random
+
+    boot = Bootstrap(resamples=7, seed=11)
+    got = sd.resample_totals(DELTAS, boot)
+    rng = random.Random(11)
+    n = len(DELTAS)
+    want = [sd.add(DELTAS[int(rng.random() * n)] for _ in range(n)) for _ in range(7)]
+    assert got == want and len(got) == 7
+    assert sd.resample_totals([], boot) == []
+
+
+def test_interval_takes_the_two_tail_quantiles() -> None:
+    boot = Bootstrap(resamples=300, seed=5, confidence=0.8)
+    resampled = sd.resample_totals(DELTAS, boot)
+    values = sorted(sd.acceptance_rate(r) for r in resampled)
+    iv = sd.interval(sd.add(DELTAS), resampled, sd.acceptance_rate, boot, worst=0.0)
+    assert iv == sd.Interval(99 / 171, sd.quantile(values, 0.1), sd.quantile(values, 0.9), 0.8)
+    assert iv.to_dict() == {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "confidence": 0.8}
+
+
+def test_an_undefined_resample_counts_as_the_worst_value() -> None:
+    # Half the prompts drafted nothing: a resample of only those has no rate at all.
+    deltas = [CounterDelta(0, 0, 0, (0, 0)), delta(10, [10, 10])]
+    stats = sd.acceptance_stats(deltas, Bootstrap(resamples=400, seed=1))
+    assert stats.acceptance_rate.estimate == 1.0 and stats.acceptance_rate.low == 0.0
+    assert stats.mean_acceptance_length.estimate == 3.0 and stats.mean_acceptance_length.low == 1.0
+    assert [iv.low for iv in stats.position_rates] == [0.0, 0.0]
+    assert stats.requests == 2 and stats.totals == sd.add(deltas)
+
+
+def test_lower_bound_findings() -> None:
+    iv = sd.Interval(0.8, 0.5, 0.9, 0.9)
+    assert sd._lower_bound_finding("rate", iv, 0.5) is None  # equal to the threshold passes
+    assert sd._lower_bound_finding("rate", iv, 0.5001) == (
+        "rate: lower bound of the 90% interval 0.500 is below the threshold 0.500 (estimate 0.800, "
+        "interval [0.500, 0.900])")
+    assert sd._lower_bound_finding("length", sd.Interval(2.0, 1.5, 2.5, 0.95), 1.75, ".2f") == (
+        "length: lower bound of the 95% interval 1.50 is below the threshold 1.75 (estimate 2.00, "
+        "interval [1.50, 2.50])")
+    nan = sd._lower_bound_finding("rate", sd.Interval(math.nan, math.nan, math.nan, 0.95), 0.0)
+    assert nan is not None and nan.startswith("rate: lower bound of the 95% interval nan")
+
+
+def test_gate_reports_every_failure_exactly() -> None:
+    rows = [("chat", delta(10, [9, 8, 7])), ("chat", delta(10, [2, 1, 0])), ("code", delta(10, [9, 9, 8]))]
+    m = measurement(rows)
+    m.failures.append("prompt p9: timed out")
+    m.expected_categories = ("chat", "code", "math")
+    thresholds = AcceptanceThresholds(min_acceptance_rate=0.6, min_mean_acceptance_length=3.0,
+                                      min_category_acceptance_rate=0.5, min_requests=4)
+    ev, stats = sd.acceptance_evidence(m, thresholds, Bootstrap(resamples=100, seed=3), extra_measured={"server": "x"})
+    assert [f.message for f in ev.findings] == [
+        "prompt p9: timed out",
+        "3 prompt(s) measured, the profile requires at least 4",
+        "acceptance rate: lower bound of the 95% interval 0.211 is below the threshold 0.600 (estimate 0.589, "
+        "interval [0.211, 0.844])",
+        "mean acceptance length: lower bound of the 95% interval 1.63 is below the threshold 3.00 (estimate 2.77, "
+        "interval [1.63, 3.53])",
+        "category 'chat' acceptance rate: lower bound of the 95% interval 0.100 is below the threshold 0.500 "
+        "(estimate 0.450, interval [0.100, 0.800])",
+        "category 'math': no prompt of it was measured",
+    ]
+    assert ev.summary == ("acceptance rate 0.589 (95% interval [0.211, 0.844]), mean acceptance length 2.77 "
+                          "[1.63, 3.53] over 3 prompts in 2 categories")
+    assert ev.expected == {"min_acceptance_rate": 0.6, "min_mean_acceptance_length": 3.0,
+                           "min_category_acceptance_rate": 0.5, "min_requests": 4,
+                           "compared": "the lower bound of each interval"}
+    assert stats is not None
+    boot = Bootstrap(resamples=100, seed=3)
+    assert ev.measured == {
+        "bootstrap": boot.to_dict(), "server": "x", "per_request": [s.to_dict() for s in m.samples],
+        **stats.to_dict(),
+        "categories": {"chat": sd.acceptance_stats([d for c, d in rows if c == "chat"], boot).to_dict(),
+                       "code": sd.acceptance_stats([d for c, d in rows if c == "code"], boot).to_dict()},
+    }
+    assert stats.to_dict()["requests"] == 3
+    assert stats.to_dict()["position_acceptance_rates"][2] == {"position": 2, **stats.position_rates[2].to_dict()}
+    assert m.samples[0].to_dict() == {"prompt": "p0", "category": "chat", "completion_tokens": 32,
+                                      "finish_reason": "length", "drafts": 10, "draft_tokens": 30,
+                                      "accepted_tokens": 24, "accepted_per_pos": [9, 8, 7]}
+
+
+def test_gate_on_the_threshold_and_without_a_category_bound() -> None:
+    rows = [("chat", delta(10, [5, 5]))] * 4  # rate 0.5, length 2.0, zero-width intervals
+    exact = AcceptanceThresholds(min_acceptance_rate=0.5, min_mean_acceptance_length=2.0, min_requests=4)
+    ev, _ = sd.acceptance_evidence(measurement(rows), exact, Bootstrap(resamples=20))
+    assert ev.ok, ev.failure_text()
+    assert ev.summary == ("acceptance rate 0.500 (95% interval [0.500, 0.500]), mean acceptance length 2.00 "
+                          "[2.00, 2.00] over 4 prompts in 1 categories")
+    low_category = AcceptanceThresholds(0.5, 2.0, min_category_acceptance_rate=0.51, min_requests=4)
+    ev, _ = sd.acceptance_evidence(measurement(rows), low_category, Bootstrap(resamples=20))
+    assert [f.message.split(":")[0] for f in ev.findings] == ["category 'chat' acceptance rate"]
+
+
+def test_gate_with_nothing_drafted_and_no_samples_exactly() -> None:
+    rows = [("chat", CounterDelta(0, 0, 0, (0, 0)))] * 2
+    ev, _ = sd.acceptance_evidence(measurement(rows), AcceptanceThresholds(0.0, 1.0, min_requests=2),
+                                   Bootstrap(resamples=10))
+    assert [f.message for f in ev.findings][:1] == ["the server drafted no token over 2 request(s): nothing was "
+                                                    "speculated"]
+    empty, stats = sd.acceptance_evidence(AcceptanceMeasurement(), AcceptanceThresholds(0.0, 1.0, min_requests=1))
+    assert stats is None
+    assert [f.message for f in empty.findings] == ["0 prompt(s) measured, the profile requires at least 1"]
+    assert empty.summary == "draft acceptance could not be measured"
+    assert empty.measured == {"bootstrap": Bootstrap().to_dict(), "per_request": []}
+
+
+def test_losslessness_evidence_exactly() -> None:
+    pairs = [sd.OutputPair("a", "chat", (1, 2, 3), (1, 2, 3)), sd.OutputPair("b", "code", (1, 2), (1, 2, 7)),
+             sd.OutputPair("c", "code", (4, 5, 6), (4, 0, 6)), sd.OutputPair("d", "chat", (1,), None),
+             sd.OutputPair("e", "chat", None, (1,))]
+    ev = sd.losslessness_evidence(pairs, min_identical_fraction=0.5, max_tokens=3, failures=["x: refused"],
+                                  extra_measured={"server": "y"})
+    assert [f.message for f in ev.findings] == [
+        "x: refused",
+        "prompt d: the reference server returned no token ids",
+        "prompt e: the speculative server returned no token ids",
+        "1 of 3 greedy outputs identical (0.333), the profile requires 0.500; first divergent token: b at token 2, "
+        "c at token 1",
+    ]
+    assert ev.summary == "1 of 3 greedy outputs (3 tokens) identical with and without the speculator (0.333)"
+    assert ev.expected == {"min_identical_fraction": 0.5, "max_tokens": 3}
+    assert ev.measured == {
+        "server": "y",
+        "per_prompt": [
+            {"prompt": "a", "category": "chat", "identical": True, "first_divergence": None,
+             "speculative_tokens": 3, "reference_tokens": 3},
+            {"prompt": "b", "category": "code", "identical": False, "first_divergence": 2,
+             "speculative_tokens": 2, "reference_tokens": 3, "speculative_token": None, "reference_token": 7},
+            {"prompt": "c", "category": "code", "identical": False, "first_divergence": 1,
+             "speculative_tokens": 3, "reference_tokens": 3, "speculative_token": 5, "reference_token": 0},
+        ],
+        "prompts": 3, "identical": 1, "identical_fraction": 1 / 3,
+        "categories": {"chat": {"prompts": 1, "identical": 1, "identical_fraction": 1.0},
+                       "code": {"prompts": 2, "identical": 0, "identical_fraction": 0.0}},
+    }
+    at_bound = sd.losslessness_evidence(pairs[:2], min_identical_fraction=0.5, max_tokens=3)
+    assert at_bound.ok, at_bound.failure_text()
+    longer = sd.losslessness_evidence([sd.OutputPair("f", "chat", (1, 2, 9), (1, 2))], min_identical_fraction=1.0,
+                                      max_tokens=3)
+    assert longer.measured["per_prompt"][0]["speculative_token"] == 9
+    assert longer.measured["per_prompt"][0]["reference_token"] is None
+    none = sd.losslessness_evidence([], min_identical_fraction=0.0, max_tokens=3)
+    assert [f.message for f in none.findings] == ["no prompt's outputs could be compared"]
+    assert none.summary == "greedy outputs could not be compared" and none.measured == {"per_prompt": []}
