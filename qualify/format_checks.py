@@ -175,7 +175,7 @@ def check_scales(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK_SIZE) -> Evi
     if not weights:
         ev.add(f"no {FP8} weight found, so no scale can be verified")
     for name in layout.quantized:
-        scale = name[: -len(WEIGHT_SUFFIX)] + SCALE_SUFFIX if name.endswith(WEIGHT_SUFFIX) else name + "_scale"
+        scale = name + "_scale"  # '<module>.weight_scale' for a '<module>.weight'; check_weights names other names
         file = ckpt.file_of(name)
         if scale not in ckpt:
             ev.add(f"quantized weight has no '{scale}'", file=file, tensor=name)
@@ -195,9 +195,8 @@ def check_scales(ckpt: Checkpoint, *, block_size: int = mxfp8.BLOCK_SIZE) -> Evi
                 continue
         scale_bytes = _u8(ckpt, scale)
         # The NaN byte is the largest: one reduction says whether there is any to count.
-        nans = 0
-        if scale_bytes.numel() and int(scale_bytes.max()) == mxfp8.E8M0_NAN:
-            nans = int(torch.count_nonzero(scale_bytes == mxfp8.E8M0_NAN))
+        any_nan = scale_bytes.numel() and int(scale_bytes.max()) == mxfp8.E8M0_NAN
+        nans = int(torch.count_nonzero(scale_bytes == mxfp8.E8M0_NAN)) if any_nan else 0
         if nans:
             nan_total += nans
             ev.add(f"{nans} scale byte(s) are 0xFF, the E8M0 NaN encoding", file=sfile, tensor=scale)

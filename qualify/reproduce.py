@@ -136,16 +136,15 @@ def _count_differing(expected: torch.Tensor, found: torch.Tensor) -> tuple[int, 
 
 def _positions(
     tensor: str, expected: torch.Tensor, found: torch.Tensor, shape: tuple[int, ...], source: torch.Tensor | None,
-    scale_rows: int | None = None,
 ) -> tuple[int, list[ByteDiff]]:
-    """Count differing bytes and describe the first few (index in ``shape``, source value when known)."""
+    """Count differing bytes and describe the first few (index in ``shape``, ``source``'s value when given)."""
     n, flat = _count_differing(expected.reshape(-1), found.reshape(-1))
     out: list[ByteDiff] = []
     if n:
         for i in flat:
             idx = tuple(int(x) for x in torch.unravel_index(torch.tensor(i), shape))
             value = None
-            if source is not None and scale_rows is None:
+            if source is not None:
                 value = float(source.reshape(-1)[i])
             out.append(ByteDiff(tensor, idx, int(expected.reshape(-1)[i]), int(found.reshape(-1)[i]), value))
     return n, out
@@ -166,7 +165,7 @@ def compare_quantized(
     if same_bytes(exp_w, found_data) and same_bytes(exp_s, found_scale):
         return result  # identical: nothing to locate or diagnose
     nw, dw = _positions(name, exp_w, found_data, tuple(q.data.shape), source)
-    ns, ds = _positions(name + SCALE_SUFFIX, exp_s, found_scale, tuple(q.scale.shape), None, scale_rows=1)
+    ns, ds = _positions(name + SCALE_SUFFIX, exp_s, found_scale, tuple(q.scale.shape), None)
     result.weight_bytes_differ, result.scale_bytes_differ = nw, ns
     result.diffs = ds[:MAX_POSITIONS] + dw[: max(0, MAX_POSITIONS - len(ds))]
     if nw or ns:
@@ -277,8 +276,8 @@ def resolve_recipe(
             except CheckpointError:
                 continue
             counts[str(recipe)] += int(r.identical)
-    best = max(counts, key=lambda k: counts[k]) if counts else None
-    if best is None or counts[best] == 0:
+    best = max(counts, key=lambda k: counts[k])  # counts has every recipe
+    if counts[best] == 0:
         return None, "detected", counts
     return mxfp8.parse_recipe(best), "detected", counts
 

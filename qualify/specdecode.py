@@ -532,7 +532,7 @@ def losslessness_evidence(
     ev.measured.update(extra_measured or {})
     for f in failures:
         ev.add(f)
-    rows, compared = [], []
+    rows = []
     for p in pairs:
         if p.speculative is None or p.reference is None:
             side = "speculative" if p.speculative is None else "reference"
@@ -546,9 +546,8 @@ def losslessness_evidence(
             row["speculative_token"] = p.speculative[at] if at < len(p.speculative) else None
             row["reference_token"] = p.reference[at] if at < len(p.reference) else None
         rows.append(row)
-        compared.append(p)
     ev.measured["per_prompt"] = rows
-    if not compared:
+    if not rows:
         ev.add("no prompt's outputs could be compared")
         return ev
     identical = sum(r["identical"] for r in rows)

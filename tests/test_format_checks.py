@@ -737,3 +737,24 @@ def test_check_declared_format_agreement_and_defaults():
         ("conversion_manifest.json", None, "does not exclude ['lm_head', 'embed_tokens'], which the profile "
                                            "requires excluded"),
     ]
+
+
+def test_a_bias_next_to_a_linear_weight_is_not_a_linear_weight(tmp_path):
+    t = good_tensors()
+    t["layers.0.self_attn.q_proj.bias"] = torch.zeros(128, dtype=torch.bfloat16)  # 1-D, under a linear module
+    t["layers.0.self_attn.o_proj.bias"] = torch.zeros(4, 4, dtype=torch.bfloat16)  # 2-D, but not a '.weight'
+    t["layers.0.self_attn.k_proj.weight"] = torch.zeros(4, 64, dtype=torch.int8)  # a '.weight', not a float
+    ckpt, qc = open_ckpt(tmp_path, t)
+    with ckpt:
+        ev = f.check_linear_coverage(ckpt, ["lm_head"], qc)
+    assert ev.ok, ev.failure_text()
+    assert ev.measured == {"quantized": 2, "unquantized_linear": 1}  # lm_head only
+
+
+def test_check_model_config_without_heads_or_head_dim(tmp_path):
+    config = {"hidden_size": 64, "num_hidden_layers": 1}
+    ckpt, _ = open_ckpt(tmp_path, model_tensors(), config=config)
+    with ckpt:
+        ev = f.check_model_config(ckpt, config)
+    assert findings(ev) == [("config.json", None, "'num_attention_heads' is missing")]
+    assert ev.measured == {"tensors_compared": 4, "layers": [0]}  # the four hidden-size norms

@@ -171,7 +171,7 @@ def test_statistics_with_nothing_quantized_are_not_a_pass(fixture_copy):
     edit_manifest(ckpt, lambda d: d.update(tensors=[t for t in d["tensors"] if t["action"] != "quantized"]))
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
         ev = m.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
-    assert "nothing to verify" in messages(ev)
+    assert found(ev) == [(M, None, "the manifest marks no tensor as quantized: there is nothing to verify")]
 
 
 # --------------------------------------------------------------------------- exact evidence
@@ -198,7 +198,7 @@ def test_a_manifest_that_is_not_an_object(fixture_copy):
     assert err.value.file == M
 
 
-@pytest.mark.parametrize("broken", [3, 5])
+@pytest.mark.parametrize("broken", [3, 4, 5])
 def test_schema_failure_shows_the_first_three_violations(fixture_copy, broken):
     from qualify.schemas import schema_errors
 
@@ -264,6 +264,8 @@ def test_check_source_pinned_exact(fixture_copy):
     unpinned = m.check_source_pinned(raw, None)
     assert unpinned.ok and unpinned.expected == {}
     moving = "the conversion cannot be reproduced; record the 40-hex commit the conversion read"
+    assert found(m.check_source_pinned({"source": {"revision": ""}}, None)) == [
+        (M, None, f"source revision is empty: a branch, tag or empty revision moves, so {moving}")]
     assert found(m.check_source_pinned({"source": "main"}, None)) == [
         (M, None, f"source revision is empty: a branch, tag or empty revision moves, so {moving}")]
     assert found(m.check_source_pinned({"source": {"revision": "main"}}, "a" * 40)) == [
@@ -284,6 +286,7 @@ def test_check_paths_exact(fixture_copy):
         files.append({"sha256": "0" * 64, "size": 1})
         files.append({"path": "../up.json", "sha256": "0" * 64, "size": 1})
         files.append({"path": "loop.json", "sha256": "0" * 64, "size": 1})
+        files.append({"path": "./after.json", "sha256": "0" * 64, "size": 1})  # still checked after the loop
         d["source"]["files"].append({"path": "/abs.json", "sha256": "0" * 64, "size": 1})
 
     edit_manifest(ckpt, damage)
@@ -298,9 +301,10 @@ def test_check_paths_exact(fixture_copy):
     ]
     assert msgs[4][2].startswith("output path 'loop.json' cannot be resolved: ")
     assert msgs[5:] == [
+        (M, None, "output path './after.json' is not normalised (empty or '.' components)"),
         (M, None, "source path '/abs.json' is absolute; manifest paths are relative to the checkpoint root")]
-    # Three output files, the duplicate, '../up.json', 'loop.json'; two source files and '/abs.json'.
-    assert ev.measured == {"paths_checked": 9}
+    # Three output files, the duplicate, '../up.json', 'loop.json', './after.json'; two source files, '/abs.json'.
+    assert ev.measured == {"paths_checked": 10}
     assert ev.summary == "manifest paths are relative, unique and stay inside the checkpoint"
 
 
@@ -364,6 +368,7 @@ def test_check_file_list_exact(fixture_copy):
     ]
     # Listed: three files, gone.safetensors and the manifest; present: four files, extra.json, notes.txt.
     assert ev.measured == {"files_listed": 5, "files_present": 6}
+    assert ev.summary == "every file that affects loading is listed in the manifest, and every listed file exists"
 
 
 def test_check_checksums_exact(fixture_copy):
@@ -547,7 +552,9 @@ def test_check_statistics_exact(fixture_copy, tmp_path):
         for e in d["tensors"]:
             if e["source_name"] == q:
                 e["statistics"]["mse"] *= 0.5
+                e["statistics"]["sse"] *= 0.5
         d["aggregate"]["max_abs_error"] = 1.0
+        d["aggregate"]["sse"] = 1.0
         d["tensors"].insert(0, _entry("ghost.weight", "quantized", "BF16", [4, 32],
                                       [("ghost.weight", "F8_E4M3", [4, 32]), ("ghost.weight_scale", "U8", [4, 1])],
                                       statistics=d["tensors"][0]["statistics"]))
@@ -557,7 +564,8 @@ def test_check_statistics_exact(fixture_copy, tmp_path):
         ev = m.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
     assert [(f.file, f.tensor) for f in ev.findings] == [(None, "ghost.weight"), (M, q)]
     assert ev.findings[0].message == "cannot recompute: weight, scale or source tensor is missing"
-    assert ev.findings[1].message.startswith("statistics differ from the tensors: mse: claimed")
+    assert ev.findings[1].message.startswith("statistics differ from the tensors: ")
+    assert [part.split(":")[0] for part in ev.findings[1].message.split(": ", 1)[1].split("; ")] == ["sse", "mse"]
     # One tensor could not be recomputed: no aggregate is claimed to agree or disagree.
     assert ev.measured == {"tensors_recomputed": 20}
     assert ev.expected == {"rtol": 1e-6, "atol": 1e-12}
@@ -567,7 +575,9 @@ def test_check_statistics_exact(fixture_copy, tmp_path):
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
         ev = m.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
     assert [(f.file, f.tensor) for f in ev.findings] == [(M, q), (M, None)]
-    assert ev.findings[1].message.startswith("aggregate statistics differ from the tensors: max_abs_error: claimed")
+    assert ev.findings[1].message.startswith("aggregate statistics differ from the tensors: ")
+    parts = ev.findings[1].message.split(": ", 1)[1].split("; ")
+    assert sorted(p.split(":")[0] for p in parts) == ["max_abs_error", "sse"]
     assert ev.measured["tensors_recomputed"] == 20 and ev.measured["aggregate"]["tensors"] == 20
 
 

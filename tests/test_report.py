@@ -199,3 +199,22 @@ def test_qualified_levels_lists_only_passed_levels():
                    LevelResult("format", checks=[check(Status.FAILED, "format", 1)]))
     assert run.qualified_levels == ["structure"]
     assert run.to_dict()["qualified_levels"] == ["structure"]
+
+
+
+def test_measured_values_become_json_safe() -> None:
+    import math
+    from pathlib import Path
+
+    import torch
+
+    from qualify.report import _jsonable
+
+    class Thing:
+        def __str__(self) -> str:
+            return "a thing"
+
+    value = {1: (1.5, math.nan, math.inf, -math.inf), "path": Path("a/b.json"), "tensor": torch.tensor(3),
+             "list": [True, None, "s", 7], "thing": Thing(), "nested": {"t": (1,)}}
+    assert _jsonable(value) == {"1": [1.5, "nan", "inf", "-inf"], "path": "a/b.json", "tensor": 3,
+                                "list": [True, None, "s", 7], "thing": "a thing", "nested": {"t": [1]}}

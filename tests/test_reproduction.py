@@ -138,7 +138,8 @@ def test_a_swizzled_scale_layout_is_named():
     q = mxfp8.quantize(src, "modelopt")
     res = r.compare_quantized("w", src, u8(q.data), u8(swizzle_scales(q.scale)), "modelopt")
     assert res.scale_bytes_differ and not res.weight_bytes_differ
-    assert "swizzled" in res.cause
+    assert res.cause == ("the scale bytes are right but in the wrong order: a swizzled (tiled) scale layout, not "
+                         "row-major unswizzled")
 
 
 def test_a_transposed_weight_is_named():
@@ -219,7 +220,7 @@ def test_differences_are_located_in_the_tensor_shape():
     n, diffs = r._positions("w", exp, found, (4, 32), src)
     assert n == 2 and [(d.index, d.expected, d.found) for d in diffs] == [((1, 1), 0, 5), ((3, 31), 0, 6)]
     assert [d.source_value for d in diffs] == [float(src[1, 1]), float(src[3, 31])]
-    n, diffs = r._positions("w_scale", exp, found, (4, 32), src, scale_rows=1)
+    n, diffs = r._positions("w_scale", exp, found, (4, 32), None)
     assert n == 2 and [d.source_value for d in diffs] == [None, None]
     assert r._positions("w", exp, exp, (4, 32), src) == (0, [])
 
@@ -314,8 +315,10 @@ def test_a_clamped_block_scaled_by_another_factor_is_named():
     d = u8(q.data).clone()
     d[3] ^= 1
     res = r.compare_quantized("w", w, d, u8(q.scale), MODELOPT)
-    assert res.cause.startswith("the differing elements all sit in 1 block(s) whose scale byte is 0 (exponent "
-                                "clamped at -127)")
+    assert res.cause == (
+        "the differing elements all sit in 1 block(s) whose scale byte is 0 (exponent clamped at -127): the producer "
+        "scales such blocks' elements by another factor (1.0 in TransformerEngine and torchao RCEIL, 2**126 in "
+        "torchao FLOOR) than OCP's 2**127")
     d[40] ^= 1  # and one in a normal block: not that explanation
     assert not r.compare_quantized("w", w, d, u8(q.scale), MODELOPT).cause.startswith("the differing elements")
 
@@ -326,6 +329,10 @@ def test_a_transposed_square_weight_is_named_only_when_rows_block():
     q = mxfp8.quantize(src, MODELOPT)
     res = r.compare_quantized("w", src, u8(t.data), u8(q.scale), MODELOPT)
     assert res.cause == "the weight was quantized transposed: blocks must run along the input dimension K of [N, K]"
+    # The transposed weight is re-quantized with the recipe compared with, not a default one.
+    tf, qf = mxfp8.quantize(src.t().contiguous(), FLOOR), mxfp8.quantize(src, FLOOR)
+    assert r.compare_quantized("w", src, u8(tf.data), u8(qf.scale), FLOOR).cause.startswith(
+        "the weight was quantized transposed")
     # 48 rows do not block along N: the transposed explanation is not tried (it could not be quantized).
     odd = source_weight(48, 64)
     q = mxfp8.quantize(odd, MODELOPT)
@@ -384,19 +391,20 @@ def test_plan_and_recipe_detection(tmp_path):
 
 
 def test_recipe_detection_skips_unreadable_probes(tmp_path, monkeypatch):
-    a = source_weight()
-    out, src = two_checkpoints(tmp_path, quantized_pair("a.weight", a), {"a.weight": a})
+    a, b = source_weight(seed=1), source_weight(seed=2)
+    out, src = two_checkpoints(tmp_path, {**quantized_pair("a.weight", a), **quantized_pair("b.weight", b)},
+                               {"a.weight": a, "b.weight": b})
     real = r.compare_quantized
 
     def flaky(name, *args):
-        if args[-1] is FLOOR:
+        if name == "a.weight":
             raise CheckpointError("unreadable", file="model.safetensors")
         return real(name, *args)
 
     monkeypatch.setattr(r, "compare_quantized", flaky)
+    plan = [r.PlanItem("a.weight", "quantized"), r.PlanItem("b.weight", "quantized")]
     with out, src:
-        assert r.resolve_recipe([r.PlanItem("a.weight", "quantized")], out, src, None) == (
-            MODELOPT, "detected", {"modelopt": 1, "ocp-floor": 0})
+        assert r.resolve_recipe(plan, out, src, None) == (MODELOPT, "detected", {"modelopt": 1, "ocp-floor": 0})
 
 
 def test_reproduce_one_names_what_is_missing(tmp_path):
@@ -406,10 +414,42 @@ def test_reproduce_one_names_what_is_missing(tmp_path):
                                {"a.weight": a, "n": torch.ones(2), "gone": torch.ones(2)})
     with out, src:
         one = lambda name, action="quantized": r._reproduce_one(r.PlanItem(name, action), out, src, MODELOPT)  # noqa: E731
-        assert one("b.weight").problem == "the source has no such tensor"
-        assert one("gone", "kept").problem == "the checkpoint has no such tensor"
-        assert one("a.weight").problem == "the checkpoint has no 'a.weight_scale'"
+        for name, action, problem in [("b.weight", "quantized", "the source has no such tensor"),
+                                      ("gone", "kept", "the checkpoint has no such tensor"),
+                                      ("a.weight", "quantized", "the checkpoint has no 'a.weight_scale'")]:
+            got = one(name, action)
+            assert (got.name, got.action, got.problem) == (name, action, problem)
         assert one("n", "kept").identical and one("n", "kept").action == "kept"
+
+
+def test_reproduce_one_reports_an_unreadable_tensor(tmp_path, monkeypatch):
+    a = source_weight()
+    out, src = two_checkpoints(tmp_path, quantized_pair("a.weight", a), {"a.weight": a})
+
+    def unreadable(*args):
+        raise CheckpointError("bytes past the end of the file", file="model.safetensors", tensor="a.weight")
+
+    monkeypatch.setattr(r, "compare_quantized", unreadable)
+    with out, src:
+        got = r._reproduce_one(r.PlanItem("a.weight", "quantized"), out, src, MODELOPT)
+    assert (got.name, got.action, got.problem) == ("a.weight", "quantized", "bytes past the end of the file")
+
+
+def test_an_empty_tensor_is_compared_without_error(tmp_path):
+    empty = torch.zeros(0, dtype=torch.bfloat16)
+    out, src = two_checkpoints(tmp_path, {"e": empty}, {"e": empty})
+    with out, src:
+        got = r.compare_unquantized("e", "kept", src, out)
+    assert got.identical and got.weight_bytes == 0
+
+
+def test_the_tensor_that_cannot_be_quantized_is_named():
+    from qualify.errors import QuantizationError
+
+    with pytest.raises(QuantizationError) as err:
+        r.compare_quantized("bad.weight", torch.ones(4, 48, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.uint8),
+                            torch.zeros(1, dtype=torch.uint8), MODELOPT)
+    assert err.value.tensor == "bad.weight"
 
 
 def test_summarize_counts_by_kind():
@@ -451,6 +491,19 @@ def test_check_quantized_exactly(tmp_path):
         detected = r.check_quantized(plan, out, src, declared_recipe=None, source_revision=None)
         assert detected.measured["recipe_probe"] == {"modelopt": 1, "ocp-floor": 1}
         assert detected.measured["recipe_chosen"] == "detected" and detected.measured["recipe"] == "modelopt"
+        # One tensor explained by another recipe, another not: no conclusion about the whole checkpoint.
+        c = source_weight(seed=3)
+        qc = mxfp8.quantize(c, MODELOPT)
+        damaged = u8(qc.data).clone()
+        damaged[:3] ^= 1
+        out2, src2 = two_checkpoints(tmp_path / "mixed", {**quantized_pair("a.weight", a, FLOOR),
+                                                          "c.weight": damaged.view(torch.float8_e4m3fn).reshape(64, 64),
+                                                          "c.weight_scale": qc.scale}, {"a.weight": a, "c.weight": c})
+        with out2, src2:
+            mixed = r.check_quantized([plan[0], r.PlanItem("c.weight", "quantized")], out2, src2,
+                                      declared_recipe="modelopt", source_revision=None)
+        assert [f.tensor for f in mixed.findings] == ["a.weight", "c.weight"]
+        assert mixed.measured["explained_by_other_recipe"] == {"ocp-floor": 1}
         nothing = r.check_quantized([r.PlanItem("n", "kept")], out, src, declared_recipe=None, source_revision="x")
         assert [f.message for f in nothing.findings] == ["no tensor is marked quantized: there is nothing to reproduce"]
         assert nothing.measured == {"source_revision": "x"}

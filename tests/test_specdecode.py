@@ -479,18 +479,18 @@ def test_gate_with_nothing_drafted_and_no_samples_exactly() -> None:
 def test_losslessness_evidence_exactly() -> None:
     pairs = [sd.OutputPair("a", "chat", (1, 2, 3), (1, 2, 3)), sd.OutputPair("b", "code", (1, 2), (1, 2, 7)),
              sd.OutputPair("c", "code", (4, 5, 6), (4, 0, 6)), sd.OutputPair("d", "chat", (1,), None),
-             sd.OutputPair("e", "chat", None, (1,))]
-    ev = sd.losslessness_evidence(pairs, min_identical_fraction=0.5, max_tokens=3, failures=["x: refused"],
+             sd.OutputPair("e", "chat", None, (1,)), sd.OutputPair("g", "chat", (7,), (7,))]
+    ev = sd.losslessness_evidence(pairs, min_identical_fraction=0.6, max_tokens=3, failures=["x: refused"],
                                   extra_measured={"server": "y"})
     assert [f.message for f in ev.findings] == [
         "x: refused",
         "prompt d: the reference server returned no token ids",
         "prompt e: the speculative server returned no token ids",
-        "1 of 3 greedy outputs identical (0.333), the profile requires 0.500; first divergent token: b at token 2, "
+        "2 of 4 greedy outputs identical (0.500), the profile requires 0.600; first divergent token: b at token 2, "
         "c at token 1",
     ]
-    assert ev.summary == "1 of 3 greedy outputs (3 tokens) identical with and without the speculator (0.333)"
-    assert ev.expected == {"min_identical_fraction": 0.5, "max_tokens": 3}
+    assert ev.summary == "2 of 4 greedy outputs (3 tokens) identical with and without the speculator (0.500)"
+    assert ev.expected == {"min_identical_fraction": 0.6, "max_tokens": 3}
     assert ev.measured == {
         "server": "y",
         "per_prompt": [
@@ -500,9 +500,11 @@ def test_losslessness_evidence_exactly() -> None:
              "speculative_tokens": 2, "reference_tokens": 3, "speculative_token": None, "reference_token": 7},
             {"prompt": "c", "category": "code", "identical": False, "first_divergence": 1,
              "speculative_tokens": 3, "reference_tokens": 3, "speculative_token": 5, "reference_token": 0},
+            {"prompt": "g", "category": "chat", "identical": True, "first_divergence": None,
+             "speculative_tokens": 1, "reference_tokens": 1},
         ],
-        "prompts": 3, "identical": 1, "identical_fraction": 1 / 3,
-        "categories": {"chat": {"prompts": 1, "identical": 1, "identical_fraction": 1.0},
+        "prompts": 4, "identical": 2, "identical_fraction": 0.5,
+        "categories": {"chat": {"prompts": 2, "identical": 2, "identical_fraction": 1.0},
                        "code": {"prompts": 2, "identical": 0, "identical_fraction": 0.0}},
     }
     at_bound = sd.losslessness_evidence(pairs[:2], min_identical_fraction=0.5, max_tokens=3)
@@ -514,3 +516,49 @@ def test_losslessness_evidence_exactly() -> None:
     none = sd.losslessness_evidence([], min_identical_fraction=0.0, max_tokens=3)
     assert [f.message for f in none.findings] == ["no prompt's outputs could be compared"]
     assert none.summary == "greedy outputs could not be compared" and none.measured == {"per_prompt": []}
+
+
+
+def test_adding_no_deltas_gives_zero_counts() -> None:
+    assert sd.add([]) == CounterDelta(0, 0, 0, ())
+    assert sd.add([delta(2, [1]), delta(3, [2, 1, 0], k=3)]) == CounterDelta(5, 11, 4, (3, 1, 0))
+
+
+def test_acceptance_stats_report_keys() -> None:
+    stats = sd.acceptance_stats(DELTAS, Bootstrap(resamples=20))
+    d = stats.to_dict()
+    assert list(d) == ["requests", "acceptance_rate", "mean_acceptance_length", "position_acceptance_rates",
+                       "counter_totals"]
+    assert d["acceptance_rate"] == stats.acceptance_rate.to_dict()
+    assert d["mean_acceptance_length"] == stats.mean_acceptance_length.to_dict()
+    assert d["counter_totals"] == stats.totals.to_dict() and d["requests"] == 6
+
+
+def test_gate_prints_an_undefined_estimate_as_nan() -> None:
+    rows = [("chat", CounterDelta(0, 0, 0, (0, 0)))] * 2
+    ev, _ = sd.acceptance_evidence(measurement(rows), AcceptanceThresholds(0.0, 1.5, min_requests=2),
+                                   Bootstrap(resamples=10))
+    assert [f.message for f in ev.findings] == [
+        "the server drafted no token over 2 request(s): nothing was speculated",
+        "mean acceptance length: lower bound of the 95% interval 1.00 is below the threshold 1.50 (estimate nan, "
+        "interval [1.00, 1.00])",
+    ]
+
+
+def test_gate_checks_every_category_after_a_missing_one() -> None:
+    rows = [("chat", delta(10, [9, 8, 7])), ("chat", delta(10, [1, 0, 0])), ("chat", delta(10, [5, 2, 1])),
+            ("chat", delta(10, [3, 3, 0]))]
+    m = measurement(rows)
+    m.expected_categories = ("art", "chat")
+    boot = Bootstrap(resamples=60, seed=2)
+    ev, _ = sd.acceptance_evidence(m, AcceptanceThresholds(0.0, 1.0, min_category_acceptance_rate=0.5), boot)
+    chat = sd.acceptance_stats([d for _, d in rows], boot)
+    assert [f.message for f in ev.findings] == [
+        "category 'art': no prompt of it was measured",
+        f"category 'chat' acceptance rate: lower bound of the 95% interval {chat.acceptance_rate.low:.3f} is below "
+        f"the threshold 0.500 (estimate {chat.acceptance_rate.estimate:.3f}, interval "
+        f"[{chat.acceptance_rate.low:.3f}, {chat.acceptance_rate.high:.3f}])",
+    ]
+    # Categories are bootstrapped with the run's settings, not the defaults.
+    assert ev.measured["categories"] == {"chat": chat.to_dict()}
+    assert chat.to_dict() != sd.acceptance_stats([d for _, d in rows]).to_dict()
