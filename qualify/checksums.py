@@ -76,13 +76,18 @@ def content_revision(digests: dict[str, str]) -> str:
     return h.hexdigest()
 
 
-def folder_revision(root: str | os.PathLike[str]) -> str:
-    """:func:`content_revision` of every regular file under ``root`` (relative POSIX paths)."""
+def folder_digests(root: str | os.PathLike[str]) -> dict[str, str]:
+    """Hex sha256 of every regular file under ``root``, keyed by relative POSIX path, in path order."""
     root = Path(root)
     files = sorted(p for p in root.rglob("*") if p.is_file())
     rels = [p.relative_to(root).as_posix() for p in files]
     digests = sha256_files(files, labels=rels, progress=False)
-    return content_revision({rel: digests[p] for rel, p in zip(rels, files, strict=True)})
+    return {rel: digests[p] for rel, p in zip(rels, files, strict=True)}
+
+
+def folder_revision(root: str | os.PathLike[str]) -> str:
+    """:func:`content_revision` of every regular file under ``root``."""
+    return content_revision(folder_digests(root))
 
 
 def sha256_files(

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .checksums import content_revision, sha256_files
+from .checksums import content_revision, folder_digests
 from .errors import HarnessError
 from .profile import LocalServerSpec, Profile
 from .vllm_server import VLLMServer, find_vllm_python, free_port, plan_for_profile, wait_all_ready
@@ -30,11 +30,8 @@ from .vllm_server import VLLMServer, find_vllm_python, free_port, plan_for_profi
 
 def folder_identity(root: Path) -> dict[str, Any]:
     """Every file's sha256 and the folder's content revision (what a reader needs to know what was served)."""
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    rels = [p.relative_to(root).as_posix() for p in files]
-    digests = sha256_files(files, labels=rels, progress=False)
-    by_rel = {rel: digests[p] for rel, p in zip(rels, files, strict=True)}
-    return {"path": str(root), "revision": content_revision(by_rel), "files": by_rel}
+    digests = folder_digests(root)
+    return {"path": str(root), "revision": content_revision(digests), "files": digests}
 
 
 class LocalServing:

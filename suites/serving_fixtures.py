@@ -37,8 +37,11 @@ __all__ = [
 
 
 def _local_serving(config: pytest.Config) -> Any:
+    """The run's local servers, unless ``--endpoint`` names the server to talk to."""
     plugin = find_plugin(config)
-    return plugin.local_serving if plugin is not None else None
+    if plugin is None or config.getoption("--endpoint"):
+        return None
+    return plugin.local_serving
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +51,7 @@ def endpoint(request: pytest.FixtureRequest, profile: Profile) -> str:
     if not url:
         local = _local_serving(request.config)
         if local is not None:
-            url = local.endpoint()  # waits for the start begun with the run
+            url = local.endpoint()  # starts the servers, or waits for them
         else:
             if serving_uses_runtime(request.config):
                 request.getfixturevalue("started_runtime")  # the same server, started once, removed at the end
@@ -88,7 +91,7 @@ def server_log(request: pytest.FixtureRequest, endpoint: str) -> ServerLog:
     if explicit is not None:
         return ServerLog(str(explicit), _file_reader(Path(explicit)))
     local = _local_serving(request.config)
-    if local is not None and not request.config.getoption("--endpoint"):
+    if local is not None:
         path = local.servers["speculative"].log_path
         return ServerLog(path.name, _file_reader(path))
     if serving_uses_runtime(request.config):
@@ -117,7 +120,7 @@ def server_info(request: pytest.FixtureRequest, endpoint: str) -> dict[str, Any]
         version = {"error": str(exc)}
     info: dict[str, Any] = {"endpoint": endpoint, "version": version}
     local = _local_serving(request.config)
-    if local is not None and not request.config.getoption("--endpoint"):
+    if local is not None:
         info["local_server"] = local.brief()  # what was served: on a CPU, a stand-in draft
     return info
 
@@ -175,7 +178,7 @@ def losslessness_spec(profile: Profile) -> LosslessnessSpec:
 def reference_endpoint(request: pytest.FixtureRequest, losslessness_spec: LosslessnessSpec) -> str:
     url = request.config.getoption("--reference-endpoint")
     local = _local_serving(request.config)
-    if not url and local is not None and not request.config.getoption("--endpoint"):
+    if not url and local is not None:
         url = local.reference_endpoint()
     url = url or losslessness_spec.reference_endpoint
     if not url:

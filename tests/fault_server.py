@@ -135,20 +135,24 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
+class QuietJSONHandler(BaseHTTPRequestHandler):
+    """A test server's request handler: no access log, and ``_send`` for a whole body with its length."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: str, ctype: str = "application/json") -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietJSONHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _send(self, code: int, body: str, ctype: str = "application/json") -> None:
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
         def _cut_off(self) -> None:
             """End the connection without an answer, as a process that died does."""

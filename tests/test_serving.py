@@ -11,7 +11,7 @@ import json
 import math
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from qualify.plots import position_acceptance_svg
 from qualify.profile import load_profile
 from qualify.throughput import throughput_evidence
 from qualify.vllm_server import ServerPlan, find_vllm_python, plan_for_profile
+from tests.fault_server import QuietJSONHandler
 from tests.test_specdecode import metrics_text
 
 MODEL = "dflash2-tiny-target"
@@ -64,18 +65,7 @@ class FakeVLLM:
 def fake() -> Iterator[tuple[FakeVLLM, str]]:
     state = FakeVLLM()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _send(self, code: int, body: str, ctype: str = "application/json") -> None:
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(QuietJSONHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 self._send(200, state.metrics(), "text/plain; version=0.0.4")
