@@ -57,9 +57,10 @@ def fixture_variant(tmp_path: Path, *, port: int | None = None, image: str | Non
         text = text.replace('image = "qualify-standin:latest"', f'image = "{image}"')
     if digest:
         text = text.replace('image_digest = ""', f'image_digest = "{digest}"')
-    if target_revision:
-        text = text.replace('repo = "qualify-fixtures/dflash2-tiny-target"\nrevision = ""',
-                            f'repo = "qualify-fixtures/dflash2-tiny-target"\nrevision = "{target_revision}"')
+    # The target is unpinned unless a test pins it: these tests exercise the pinning checks themselves.
+    pinned = 'repo = "qualify-fixtures/dflash2-tiny-target"\nrevision = "e6b7f88f172c6ab930f512d3a393cc2c273fc43c"'
+    assert pinned in text, "fixture.toml's target pin moved: update tests/docker_support.py"
+    text = text.replace(pinned, f'repo = "qualify-fixtures/dflash2-tiny-target"\nrevision = "{target_revision or ""}"')
     if timeout_s:
         text = text.replace("startup_timeout_s = 60", f"startup_timeout_s = {timeout_s}")
     path = tmp_path / f"fixture-{uuid.uuid4().hex[:6]}.toml"

@@ -22,6 +22,7 @@ from qualify.gate import (
     refusals,
     shipped_profile,
 )
+from qualify.pipeline import CHECKPOINT_LEVELS
 from qualify.profile import load_profile
 from qualify.report import Status, write_json
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
@@ -265,9 +266,13 @@ class Result:
 def gate(capsys):
     """`qualify gate ARGS` in this process (the CLI's own main, exit code included): no interpreter start per call."""
 
-    def call(*args: str) -> Result:
+    def call(*args: str, checkpoint_levels: bool = True) -> Result:
         capsys.readouterr()
-        code = main(["gate", *args])
+        # The real report is a `qualify check` of the checkpoint levels; the fixture profile also
+        # requires its runtime and serving levels, so the release here asks for those three
+        # (a --require of the test's own comes later and wins).
+        require = ["--require", ",".join(CHECKPOINT_LEVELS)] if checkpoint_levels else []
+        code = main(["gate", *args[:1], *require, *args[1:]])
         out, err = capsys.readouterr()
         assert TRACEBACK not in out + err
         return Result(code, out, err)
@@ -341,7 +346,7 @@ def test_cli_refuses_reports_that_cannot_be_trusted(real_report, release, tmp_pa
 @pytest.mark.slow
 def test_cli_needs_require_for_a_profile_it_does_not_ship(real_report, release, tmp_path, gate):
     report = edited(real_report, tmp_path, lambda d: d["profile"].update(name="my-own"))
-    proc = gate(str(report), "--checkpoint", str(release))
+    proc = gate(str(report), "--checkpoint", str(release), checkpoint_levels=False)
     assert proc.returncode == 2 and "--require" in proc.stderr
     proc = gate(str(report), "--checkpoint", str(release), "--require", "structure,format,reproduction")
     assert proc.returncode == 0, proc.stdout
@@ -353,7 +358,8 @@ def test_cli_revision_is_compared(real_report, tmp_path, gate):
     assert gate(str(report), "--revision", DRAFT_REVISION).returncode == 0
     proc = gate(str(report), "--revision", "f" * 40)
     assert proc.returncode == 1 and "not " + "f" * 40 in proc.stdout
-    proc = gate(str(real_report), "--revision", DRAFT_REVISION)
+    unrecorded = edited(real_report, tmp_path, lambda d: d["checkpoint"].pop("revision"))
+    proc = gate(str(unrecorded), "--revision", DRAFT_REVISION)
     assert proc.returncode == 1 and "records no checkpoint revision" in proc.stdout
 
 

@@ -120,6 +120,9 @@ def test_levels_after_a_failed_one_are_not_run(tmp_path: Path) -> None:
 
 
 def test_a_missing_vllm_venv_fails_every_serving_check_with_the_setup_hint(tmp_path: Path) -> None:
+    from fixtures.serving import build
+
+    build()  # the model folders exist, so what is missing is the venv alone (reused when already built)
     code, path = _run_cli(tmp_path, "--checkpoint", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"),
                           "--levels", "smoke", env={"QUALIFY_VLLM_VENV": str(tmp_path / "no-vllm")})
     run = read_json(path)
