@@ -22,12 +22,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from qualify.profile import load_profile
     from qualify.report import parse_levels
-    from qualify.runner import finish_run, make_run_dir, new_run
+    from qualify.runner import claim_run_dir, finish_run, new_run
     from qualify.suite_plugin import QualifyPlugin
 
     profile = load_profile(config.getoption("--profile") or "fixture")
     levels = parse_levels(config.getoption("--levels"), profile.required_levels)
     run = new_run(profile, checkpoint, config.getoption("--source"), levels, command=["pytest", *config.args])
     report_root = config.getoption("--report-dir")
-    run_dir = make_run_dir(report_root, run.run_id) if report_root else None
+    run_dir = claim_run_dir(report_root, run) if report_root else None
     config.pluginmanager.register(QualifyPlugin(run, on_finish=lambda r: finish_run(r, run_dir)))

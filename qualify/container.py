@@ -46,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import HarnessError, QualifyError, UsageError
+from .ports import in_use
 from .profile import Profile
 from .redact import redact, redact_env
 from .report import Evidence
@@ -472,11 +473,9 @@ def check_pinning(plan: LaunchPlan) -> Evidence:
 
 def ensure_port_free(host: str, port: int) -> None:
     """Raise :class:`PortInUse` when something accepts connections on host:port already."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        if s.connect_ex((host, port)) == 0:
-            raise PortInUse(f"{host}:{port} is already in use: with host networking the readiness probes would talk "
-                            "to that server, not to the runtime under test", hint="stop it, or use another PORT")
+    if in_use(host, port):
+        raise PortInUse(f"{host}:{port} is already in use: with host networking the readiness probes would talk "
+                        "to that server, not to the runtime under test", hint="stop it, or use another PORT")
 
 
 def run_containers(client: Any, run_id: str) -> list[Any]:

@@ -24,8 +24,9 @@ from typing import Any
 
 from .checksums import content_revision, folder_digests
 from .errors import HarnessError
+from .ports import free_port
 from .profile import LocalServerSpec, Profile
-from .vllm_server import VLLMServer, find_vllm_python, free_port, plan_for_profile, wait_all_ready
+from .vllm_server import VLLMServer, find_vllm_python, plan_for_profile, wait_all_ready
 
 
 def folder_identity(root: Path) -> dict[str, Any]:

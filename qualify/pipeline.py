@@ -144,15 +144,19 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved, image_digest: 
 def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
     """Run every asked level in order; returns the run, its folder and pytest's exit code."""
     from .local_serving import LocalServing
-    from .runner import finish_run, make_run_dir, new_run, run_suites
+    from .runner import claim_run_dir, finish_run, new_run, run_suites
+    from .serving import check_endpoint
 
+    # A malformed URL is the caller's mistake: refused before any input is fetched or level run.
+    check_endpoint(opts.endpoint)
+    check_endpoint(opts.reference_endpoint, "--reference-endpoint")
     profile = opts.profile
     draft = resolve_checkpoint(opts)
     source = resolve_source(opts)
     run = new_run(profile, draft.path, source.path, opts.levels, command=opts.command)
     run.checkpoint.update(draft.record())
     run.source.update(source.record())
-    run_dir = make_run_dir(opts.report_dir, run.run_id)
+    run_dir = claim_run_dir(opts.report_dir, run)
     run.errors.extend(draft.errors + source.errors)
     if run.errors:
         # Without the files there is nothing to check: say so in a report rather than fail every check.

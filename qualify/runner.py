@@ -107,16 +107,36 @@ def new_run(
     return run
 
 
+class RunFolderExists(HarnessError):
+    """The run folder exists already: another run drew the same id."""
+
+
 def make_run_dir(reports_root: Path, run_id: str) -> Path:
     """A fresh folder for one run; an existing one is never reused or overwritten."""
     path = Path(reports_root) / run_id
     try:
         path.mkdir(parents=True, exist_ok=False)
     except FileExistsError:
-        raise HarnessError(f"{path}: run folder already exists; refusing to overwrite another run") from None
+        raise RunFolderExists(f"{path}: run folder already exists; refusing to overwrite another run") from None
     except OSError as exc:
         raise HarnessError(f"{path}: cannot create the run folder: {exc.strerror or exc}") from None
     return path
+
+
+def claim_run_dir(reports_root: Path, run: Run, attempts: int = 4) -> Path:
+    """A fresh folder for ``run``; if another run holds its id, the run draws a new one.
+
+    Two runs started in the same second share an id once in 16.7 million; that is no
+    reason to fail a run, but a reason never to share a folder.
+    """
+    for attempt in range(attempts):
+        try:
+            return make_run_dir(reports_root, run.run_id)
+        except RunFolderExists:
+            if attempt == attempts - 1:
+                raise
+            run.run_id = new_run_id(run.profile["name"])
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def finish_run(run: Run, report_dir: Path | None) -> None:

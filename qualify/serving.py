@@ -147,11 +147,27 @@ def load_prompts(path: Path) -> PromptSet:
 def server_root(endpoint: str) -> str:
     """``http://host:port/v1`` -> ``http://host:port``: where /metrics and /version are."""
     parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"endpoint {endpoint!r} is not an http(s) URL")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"endpoint {endpoint!r} is not an http(s) URL (expected http://HOST:PORT/v1)")
+    try:
+        parts.port  # noqa: B018 -- urlsplit checks the port only when it is asked for
+    except ValueError as exc:
+        raise UsageError(f"endpoint {endpoint!r}: {exc}") from None
+    if parts.query or parts.fragment:
+        raise UsageError(f"endpoint {endpoint!r} has a query or fragment; give the API root, e.g. http://HOST:PORT/v1")
     path = parts.path.rstrip("/")
     path = path.removesuffix("/v1")
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def check_endpoint(endpoint: str | None, flag: str = "--endpoint") -> None:
+    """A :class:`UsageError` naming ``flag`` unless ``endpoint`` (when given) is an API root URL."""
+    if endpoint is None:
+        return
+    try:
+        server_root(endpoint)
+    except UsageError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 def make_client(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:

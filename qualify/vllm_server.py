@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from .errors import HarnessError
+from .ports import in_use, session_listens
 from .profile import Profile
 
 VLLM_VERSION = "0.32.0"
@@ -64,12 +64,6 @@ def find_vllm_python() -> Path:
             hint=f"run {SETUP_SCRIPT} first (QUALIFY_VLLM_VENV chooses another location)",
         )
     return python
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -190,6 +184,10 @@ class VLLMServer:
     def start(self) -> None:
         if self.process is not None:
             raise HarnessError("the vLLM server was already started")
+        if in_use(self.plan.host, self.plan.port):
+            raise HarnessError(
+                f"{self.plan.host}:{self.plan.port} is already in use by another server (another run's?): the "
+                "readiness probes would talk to it, not to the server under test", hint="start it on another port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.plan.env}
         with open(self.log_path, "ab") as log:
@@ -225,6 +223,12 @@ class VLLMServer:
                     + self.log_tail()
                 )
             if self._ready():
+                if session_listens(self.process.pid, self.plan.port) is False:
+                    # Our server did not bind the port (the log says why); whoever answered is not ours.
+                    raise HarnessError(
+                        f"{self.plan.host}:{self.plan.port} is in use by a process this run did not start, which "
+                        f"answers as a vLLM server: refusing to measure it; log {self.log_path}:\n" + self.log_tail()
+                    )
                 self.start_s = time.monotonic() - self._started_at
                 return
             if time.monotonic() > deadline:

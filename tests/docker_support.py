@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import uuid
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 
 from qualify import container as c
+from qualify.ports import free_port
 from tests.helpers import REPO
 
 CANDIDATE = "0123456789abcdef0123456789abcdef01234567"
@@ -39,12 +39,6 @@ def docker_ps(label: str) -> list[str]:
     done = subprocess.run(["docker", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
                           capture_output=True, text=True, check=True)
     return done.stdout.split()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fixture_variant(tmp_path: Path, *, port: int | None = None, image: str | None = None, digest: str | None = None,

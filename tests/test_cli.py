@@ -133,3 +133,20 @@ def test_an_interrupted_run_still_writes_a_not_qualified_report(action, recorded
     assert run.interrupted == recorded
     assert str(run.verdict) == "not qualified"
     assert (only_report(tmp_path).parent / "report.md").read_text().count("interrupted") >= 1
+
+
+@pytest.mark.parametrize(("flag", "url", "says"), [
+    ("--endpoint", "not a url", "is not an http(s) URL"),
+    ("--endpoint", "http://127.0.0.1:notaport/v1", "Port could not be cast"),
+    ("--endpoint", "http://127.0.0.1:99999/v1", "Port out of range"),
+    ("--reference-endpoint", "http:///v1", "is not an http(s) URL"),
+    ("--endpoint", "http://127.0.0.1:8000/v1?x=1", "has a query or fragment"),
+])
+def test_a_malformed_endpoint_is_a_usage_error_before_the_run(tmp_path, flag, url, says):
+    """Exit 2 (the caller's mistake), not 1: no level ran, so there is no verdict to give."""
+    proc = run_qualify("check", str(FIXTURE / "mxfp8"), "--levels", "smoke", flag, url,
+                       "--report-dir", str(tmp_path / "r"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"qualify: error: {flag}: endpoint {url!r}" in proc.stderr and says in proc.stderr
+    assert TRACEBACK not in proc.stdout + proc.stderr
+    assert not list((tmp_path / "r").glob("*/report.json"))  # nothing was run, nothing reported

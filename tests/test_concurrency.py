@@ -13,9 +13,10 @@ import pytest
 
 from qualify import container as c
 from qualify.errors import HarnessError
+from qualify.ports import free_port
 from qualify.profile import load_profile
 from qualify.report import read_json
-from qualify.vllm_server import ServerPlan, VLLMServer, free_port
+from qualify.vllm_server import ServerPlan, VLLMServer
 from tests.fault_server import MODEL, fault_server, serving_profile
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
@@ -66,6 +67,26 @@ def test_a_run_folder_is_never_shared(tmp_path: Path) -> None:
         make_run_dir(tmp_path, run_id)
 
 
+def test_a_run_whose_id_clashes_draws_another_and_gets_its_own_folder(tmp_path: Path, monkeypatch) -> None:
+    from qualify import runner
+
+    run = runner.new_run(load_profile("fixture"), None, None, ["format"])
+    taken = run.run_id
+    other = runner.make_run_dir(tmp_path, taken)  # another run holds this id's folder
+    (other / "report.json").write_text("the other run's")
+    fresh = iter([taken, taken, "20990101T000000Z-fixture-abcdef"])  # two more clashes, then a free id
+    monkeypatch.setattr(runner, "new_run_id", lambda name: next(fresh))
+    path = runner.claim_run_dir(tmp_path, run)
+    assert path == tmp_path / "20990101T000000Z-fixture-abcdef" and path.is_dir()
+    assert run.run_id == path.name  # the run's id names its folder
+    assert (other / "report.json").read_text() == "the other run's"  # untouched
+
+    monkeypatch.setattr(runner, "new_run_id", lambda name: taken)  # every draw clashes: give up, say why
+    run.run_id = taken
+    with pytest.raises(runner.RunFolderExists, match="refusing to overwrite another run"):
+        runner.claim_run_dir(tmp_path, run)
+
+
 def test_concurrent_launch_plans_get_their_own_container_names() -> None:
     profile = load_profile("fixture")
     first, second = c.build_plan(profile), c.build_plan(profile)
@@ -101,9 +122,6 @@ def test_free_port_gives_a_port_nothing_listens_on() -> None:
     assert len(ports) > 1  # not one fixed port for every run
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "VLLMServer.start/wait_ready do not check that the port free_port() chose is still free: a server "
-    "already listening there (another run's) answers the readiness probe, and the run measures it"))
 def test_a_local_server_whose_port_was_taken_meanwhile_is_refused(tmp_path: Path) -> None:
     fake_python = tmp_path / "python"  # stands in for the vLLM venv's python: starts, never serves
     fake_python.write_text("#!/bin/sh\nexec sleep 30\n")
@@ -112,8 +130,58 @@ def test_a_local_server_whose_port_was_taken_meanwhile_is_refused(tmp_path: Path
         plan = ServerPlan(python=fake_python, model=tmp_path, served_model_name=MODEL, port=other_runs_server.port)
         server = VLLMServer(plan, tmp_path / "server.log", ready_timeout_s=5)
         try:
-            with pytest.raises(HarnessError, match="in use"):
+            with pytest.raises(HarnessError, match="already in use by another server"):
                 server.start()
-                server.wait_ready()  # today: returns at once, the other run's server listed the model
+            assert server.process is None  # nothing was launched
+            assert other_runs_server.requests == []  # and nothing asked of the other run's server
         finally:
             server.stop()
+
+
+def test_a_server_that_lost_the_race_for_its_port_is_not_measured(tmp_path: Path, monkeypatch) -> None:
+    """The port was free when checked and taken before our server bound it: whoever answers is not ours."""
+    import qualify.vllm_server as vs
+
+    fake_python = tmp_path / "python"  # never binds the port: the other run's server holds it
+    fake_python.write_text("#!/bin/sh\nexec sleep 30\n")
+    fake_python.chmod(fake_python.stat().st_mode | stat.S_IXUSR)
+    with fault_server() as other_runs_server:
+        plan = ServerPlan(python=fake_python, model=tmp_path, served_model_name=MODEL, port=other_runs_server.port)
+        server = VLLMServer(plan, tmp_path / "server.log", ready_timeout_s=5)
+        monkeypatch.setattr(vs, "in_use", lambda host, port: False)  # the race: free at the check
+        try:
+            server.start()
+            with pytest.raises(HarnessError, match="in use by a process this run did not start"):
+                server.wait_ready()
+        finally:
+            server.stop()
+
+
+def test_a_port_held_by_the_session_we_started_counts_as_ours(tmp_path: Path) -> None:
+    """The positive case of the ownership check, on a real listening child process in its own session."""
+    from qualify import ports
+
+    port = free_port()
+    code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
+            "print('up', flush=True); time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "up"
+        assert ports.in_use("127.0.0.1", port)
+        assert ports.listening_inodes(port)  # /proc shows the listening socket
+        assert ports.session_listens(child.pid, port) is True
+        import os
+
+        assert ports.session_listens(os.getsid(0), port) is False  # our own session does not hold it
+    finally:
+        child.kill()
+        child.wait()
+    assert ports.session_listens(child.pid, port) is False  # nobody listens any more
+    assert not ports.in_use("127.0.0.1", port)
+
+
+def test_without_proc_the_ownership_is_unknown_not_assumed(tmp_path: Path) -> None:
+    from qualify import ports
+
+    assert ports.listening_inodes(8000, proc=tmp_path) is None
+    assert ports.session_listens(1, 8000, proc=tmp_path) is None

@@ -143,8 +143,13 @@ def test_server_root() -> None:
     assert serving.server_root("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000"
     assert serving.server_root("http://h:1/v1/") == "http://h:1"
     assert serving.server_root("https://h/proxy/v1") == "https://h/proxy"
-    with pytest.raises(UsageError):
-        serving.server_root("127.0.0.1:8000")
+    for bad in ("127.0.0.1:8000", "http://:8000/v1", "http://h:port/v1", "http://h:70000/v1", "ftp://h/v1",
+                "http://h:1/v1#frag"):
+        with pytest.raises(UsageError, match="endpoint"):
+            serving.server_root(bad)
+    serving.check_endpoint(None)  # no endpoint given: nothing to check
+    with pytest.raises(UsageError, match=r"^--reference-endpoint: endpoint 'x'"):
+        serving.check_endpoint("x", "--reference-endpoint")
 
 
 # -- requests against the stand-in ----------------------------------------------------------------

@@ -31,9 +31,10 @@ from typing import Any
 import pytest
 
 from qualify.errors import HarnessError
+from qualify.ports import free_port
 from qualify.profile import load_profile
 from qualify.report import Check, Run, Status, Verdict, read_json
-from qualify.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, free_port, plan_for_profile, start_together
+from qualify.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
 from tests.helpers import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
