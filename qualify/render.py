@@ -188,9 +188,12 @@ def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
                 total = (c.evidence.findings_total or 0) if c.evidence else 0
                 if total > len(shown):
                     lines.append(f"    - ... {total - len(shown)} more in the report")
-        not_run = [c.id for c in lvl.checks if c.status is Status.NOT_RUN]
-        if not_run:
-            lines.append(f"  not run (an input they need is broken): {', '.join(not_run)}")
+        # Grouped by their own reason: a broken input, or an earlier level that did not pass.
+        not_run: dict[str, list[str]] = {}
+        for c in lvl.checks:
+            if c.status is Status.NOT_RUN:
+                not_run.setdefault(c.message.removeprefix("not run: ") or "no reason recorded", []).append(c.id)
+        lines.extend(f"  not run ({reason}): {', '.join(ids)}" for reason, ids in not_run.items())
     if run.interrupted:
         lines.append(f"interrupted: {run.interrupted}")
     lines.append(f"verdict: {run.verdict}")

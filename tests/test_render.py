@@ -72,3 +72,22 @@ def test_a_chart_is_linked_from_its_level(tmp_path):
     finish_run(run, tmp_path)
     assert (tmp_path / "acceptance.c.svg").read_text().startswith("<svg")
     assert "![per-position acceptance](acceptance.c.svg)" in (tmp_path / "report.md").read_text()
+
+
+def test_the_summary_gives_each_not_run_check_its_own_reason():
+    run = run_with({"smoke": Status.FAILED})
+    acceptance = LevelResult("acceptance", checks=[
+        Check("acceptance.rate", "acceptance", "t", Status.NOT_RUN, "not run: level smoke failed before it", None),
+        Check("acceptance.len", "acceptance", "t", Status.NOT_RUN, "not run: level smoke failed before it", None),
+    ])
+    structure = LevelResult("structure", checks=[
+        Check("structure.a", "structure", "t", Status.FAILED, "m", Evidence("rule")),
+        Check("structure.b", "structure", "t", Status.NOT_RUN,
+              "not run: an input it needs is broken (see structure.a)", None),
+    ])
+    run.levels[:0] = [structure]
+    run.levels.append(acceptance)
+    lines = summary_lines(run)
+    assert "  not run (level smoke failed before it): acceptance.rate, acceptance.len" in lines
+    assert "  not run (an input it needs is broken (see structure.a)): structure.b" in lines
+    assert not any("input" in line for line in lines[lines.index("acceptance    not-run  2 checks"):]), lines
