@@ -125,11 +125,10 @@ def sha256_files(
         workers = os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    workers = min(workers, len(jobs))
 
     # A missing file is found before any hashing starts, so the error is the first
     # missing file in the caller's order rather than whichever thread lost the race.
-    sizes: dict[Path, int] = {}
+    stats: dict[Path, os.stat_result] = {}
     for p, label in jobs.items():
         try:
             st = os.stat(p)
@@ -138,13 +137,68 @@ def sha256_files(
         if not stat.S_ISREG(st.st_mode):
             # A FIFO would block the reader forever; a directory cannot be read at all.
             raise CheckpointError("cannot read: not a regular file", file=label)
-        sizes[p] = st.st_size
+        stats[p] = st
 
-    with StepProgress("sha256", f"{len(jobs)} files", sum(sizes.values()), show=progress) as bar:
-        advancer: Callable[[Path], Callable[[int], None] | None] = (
-            (lambda _p: bar.advance) if bar.active else (lambda _p: None)
-        )
-        return _run(jobs, workers, chunk_size, advancer)
+    known = {p: d for p in jobs if (d := _MEMO.get(p, stats[p])) is not None}
+    todo = {p: label for p, label in jobs.items() if p not in known}
+    started = time.time()
+    if todo:
+        total = sum(stats[p].st_size for p in todo)
+        with StepProgress("sha256", f"{len(todo)} files", total, show=progress) as bar:
+            advancer: Callable[[Path], Callable[[int], None] | None] = (
+                (lambda _p: bar.advance) if bar.active else (lambda _p: None)
+            )
+            known.update(_run(todo, min(workers, len(todo)), chunk_size, advancer))
+        for p in todo:
+            _MEMO.put(p, stats[p], known[p], started)
+    return {p: known[p] for p in jobs}
+
+
+class DigestMemo:
+    """Digests of files this process hashed, reused while the file is provably unchanged.
+
+    A qualification hashes the same files up to three times (a local folder's content
+    revision, the checksum checks, the report's identity section); on a release that is
+    seconds to minutes each. A digest is reused only if the file's device, inode, size,
+    mtime and ctime are what they were when it was hashed, and the file had been left
+    alone for :attr:`settle_s` before that hash began: a write changes ctime (which no
+    user can set back), and once a file has been quiet that long, a later write cannot
+    land in the same timestamp tick. A file written just before it was hashed is hashed
+    again next time.
+    """
+
+    def __init__(self, settle_s: float = 2.0) -> None:
+        self.settle_s = settle_s
+        self._lock = threading.Lock()
+        self._entries: dict[Path, tuple[tuple[int, ...], str]] = {}
+
+    @staticmethod
+    def _key(st: os.stat_result) -> tuple[int, ...]:
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def get(self, path: Path, st: os.stat_result) -> str | None:
+        with self._lock:
+            entry = self._entries.get(path.absolute())
+        return entry[1] if entry is not None and entry[0] == self._key(st) else None
+
+    def put(self, path: Path, before: os.stat_result, digest: str, hashed_at: float) -> None:
+        """Remember ``digest`` if the file was quiet before ``hashed_at`` and did not change while hashed."""
+        try:
+            after = os.stat(path)
+        except OSError:
+            return
+        quiet_since = max(before.st_mtime_ns, before.st_ctime_ns) / 1e9
+        if self._key(after) != self._key(before) or hashed_at - quiet_since < self.settle_s:
+            return
+        with self._lock:
+            self._entries[path.absolute()] = (self._key(before), digest)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_MEMO = DigestMemo()
 
 
 def _run(

@@ -128,3 +128,62 @@ def test_forced_progress_still_hashes_right(files: list[Path], capfd: pytest.Cap
     assert got == {p: reference(p) for p in files}
     out, _ = capfd.readouterr()
     assert out == "", "progress goes to stderr only"
+
+
+# -- the digest memo: a file is hashed once per run while it is provably unchanged ---------------
+
+
+@pytest.fixture
+def memo(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """A fresh memo with no settling time, and a log of the files really hashed."""
+    from qualify import checksums
+
+    monkeypatch.setattr(checksums, "_MEMO", checksums.DigestMemo(settle_s=0.0))
+    hashed: list[Path] = []
+    real = checksums._hash
+
+    def counting(path: Path, *args: object) -> str:
+        hashed.append(path)
+        return real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checksums, "_hash", counting)
+    return hashed
+
+
+def test_an_unchanged_file_is_hashed_once(files: list[Path], memo: list[Path]) -> None:
+    first = sha256_files(files)
+    assert sorted(memo) == sorted(files)
+    again = sha256_files(files)
+    assert again == first and sorted(memo) == sorted(files)  # nothing hashed the second time
+    assert again == {p: reference(p) for p in files}
+
+
+def test_a_changed_file_is_hashed_again_even_with_its_times_put_back(files: list[Path], memo: list[Path]) -> None:
+    p = files[3]
+    before = sha256_files([p])[p]
+    st = p.stat()
+    raw = bytearray(p.read_bytes())
+    raw[5] ^= 1  # same size
+    p.write_bytes(bytes(raw))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime restored; ctime cannot be
+    after = sha256_files([p])[p]
+    assert after != before and after == reference(p)
+    assert memo == [p, p]
+
+
+def test_a_replaced_file_is_hashed_again(files: list[Path], memo: list[Path], tmp_path: Path) -> None:
+    p = files[2]
+    sha256_files([p])
+    other = tmp_path / "other"
+    other.write_bytes(bytes(reversed(p.read_bytes())))
+    other.replace(p)  # a new inode under the same name
+    assert sha256_files([p])[p] == reference(p)
+    assert memo == [p, p]
+
+
+def test_a_file_written_just_before_its_hash_is_not_remembered(files: list[Path], monkeypatch) -> None:
+    from qualify import checksums
+
+    monkeypatch.setattr(checksums, "_MEMO", checksums.DigestMemo(settle_s=3600.0))
+    sha256_files(files[:2])
+    assert all(checksums._MEMO.get(p, p.stat()) is None for p in files[:2])
