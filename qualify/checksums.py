@@ -1,6 +1,6 @@
 """SHA-256 of checkpoint files, fast enough to run on every qualification, and the
-progress display and worker threads that the other long per-file and per-tensor steps
-(statistics, reproduction) share with it.
+worker threads that the other long per-tensor steps (statistics, reproduction) share
+with it.
 
 A release is tens to hundreds of GB, so hashing is I/O and hash bound, not Python
 bound: each file is read in large chunks into one reused buffer (no per-chunk
@@ -20,10 +20,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TextIO, TypeVar
+from typing import TypeVar
 
 from .errors import CheckpointError
+from .progress import StepProgress
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -102,7 +102,7 @@ def sha256_files(
 
     ``labels`` name the files in errors and on the progress bar (e.g. paths relative to
     the checkpoint). ``progress=None`` shows a bar when stderr is a terminal; when it is
-    not, a hashing run longer than :data:`LINE_INTERVAL_S` prints a plain line that often
+    not, a hashing run longer than :data:`~qualify.progress.LINE_INTERVAL_S` prints a plain line that often
     (see :class:`StepProgress`), and a shorter one prints nothing; ``progress=False``
     never prints. The first file that cannot be read raises
     :class:`CheckpointError` naming its label; files not yet started are skipped.
@@ -222,153 +222,6 @@ def _run(
         results = {futures[f]: f.result() for f in futures}
     # Callers index by path; keep the order they asked in.
     return {p: results[p] for p in jobs}
-
-
-# ------------------------------------------------------------------ progress display
-
-
-def _keep_original_stderr() -> TextIO | None:
-    """A private handle on stderr as it was when qualify was imported.
-
-    ``qualify check`` runs the suites under pytest, which captures file descriptor 2
-    while a check runs, so a bar drawn on ``sys.stderr`` there would land in the
-    capture, not on the user's terminal (and a CI log would never see a line). The
-    descriptor is duplicated before pytest starts, and close-on-exec, so no child
-    process inherits it.
-    """
-    try:
-        fd = os.dup(2)
-    except OSError:
-        return None
-    try:
-        return open(fd, "w", buffering=1, encoding="utf-8", errors="replace", closefd=True)
-    except OSError:
-        os.close(fd)
-        return None
-
-
-_ORIGINAL_STDERR = _keep_original_stderr()
-
-#: Seconds between plain progress lines when not on a terminal; a step shorter than this prints nothing.
-LINE_INTERVAL_S = 30.0
-
-
-def _terminal() -> TextIO | None:
-    """Where a progress bar may draw: stderr, or stderr as qualify found it, if it is a terminal."""
-    for stream in (sys.stderr, _ORIGINAL_STDERR):
-        try:
-            if stream is not None and stream.isatty():
-                return stream
-        except (AttributeError, OSError, ValueError):
-            continue
-    return None
-
-
-def _format_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-class StepProgress:
-    """Progress of one long step (hashing, statistics, reproduction), counted in bytes.
-
-    On a terminal: a transient rich bar. Elsewhere (CI logs, pipes): plain lines, at most
-    one every :data:`LINE_INTERVAL_S` seconds and only once the step has run that long,
-    then one closing line, so short steps and test runs print nothing and a long step
-    shows a heartbeat instead of silence. ``show=False`` prints nothing; ``show=True``
-    forces the bar (on stderr when there is no terminal). :meth:`advance` may be called
-    from any thread.
-    """
-
-    def __init__(self, verb: str, what: str, total: int, *, show: bool | None = None,
-                 interval: float = LINE_INTERVAL_S) -> None:
-        self.verb, self.what, self.total = verb, what, total
-        self.interval = interval
-        self.done = 0
-        self._lock = threading.Lock()
-        self._bar: Any = None
-        self._task: Any = None
-        self._lines: TextIO | None = None
-        self._start = self._next_line = 0.0
-        self._printed = False
-        terminal = _terminal()
-        if show is True or (show is None and terminal is not None):
-            self._open_bar(terminal or sys.stderr)
-        elif show is None:
-            self._lines = _ORIGINAL_STDERR
-
-    @property
-    def active(self) -> bool:
-        return self._bar is not None or self._lines is not None
-
-    def _open_bar(self, stream: TextIO) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._bar = Progress(
-            TextColumn(f"[bold]{self.verb}[/bold] {{task.description}}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(file=stream),
-            transient=True,
-        )
-
-    def __enter__(self) -> StepProgress:
-        self._start = time.monotonic()
-        self._next_line = self._start + self.interval
-        if self._bar is not None:
-            self._bar.__enter__()
-            self._task = self._bar.add_task(self.what, total=self.total)
-        return self
-
-    def advance(self, n: int) -> None:
-        if self._bar is not None:
-            # Progress.advance takes its own lock; ours keeps the hot path to one call per
-            # chunk and makes the counter's thread-safety explicit.
-            with self._lock:
-                self._bar.advance(self._task, n)
-            return
-        if self._lines is None:
-            return
-        with self._lock:
-            self.done += n
-            now = time.monotonic()
-            if now < self._next_line:
-                return
-            self._next_line = now + self.interval
-            self._printed = True
-            self._line(now, "")
-
-    def _line(self, now: float, tail: str) -> None:
-        assert self._lines is not None
-        elapsed = max(now - self._start, 1e-9)
-        share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        text = (f"{self.verb} {self.what}: {_format_bytes(self.done)} of {_format_bytes(self.total)}{share} "
-                f"in {elapsed:.0f} s, {_format_bytes(self.done / elapsed)}/s{tail}")
-        try:
-            print(text, file=self._lines, flush=True)
-        except (OSError, ValueError):
-            self._lines = None  # the log went away; the step itself must not fail for it
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(exc_type, exc, tb)
-        elif self._lines is not None and self._printed:
-            self._line(time.monotonic(), ", done" if exc_type is None else ", stopped")
 
 
 # -------------------------------------------------------------------- worker threads

@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 from .errors import HarnessError, QualifyError, UsageError
 from .ports import in_use
 from .profile import Profile
+from .progress import WaitProgress
 from .redact import redact, redact_env
 from .report import Evidence
 
@@ -686,6 +687,11 @@ class RuntimeContainer:
         """Poll /health then /v1/models until the served name is listed; fail at once if the container stops."""
         assert self.started_at is not None, "start() first"
         timeout = self.plan.startup_timeout_s if timeout_s is None else timeout_s
+        with WaitProgress(f"the runtime container {self.plan.name}", timeout) as progress:
+            return self._poll_ready(timeout, poll_s, progress.tick)
+
+    def _poll_ready(self, timeout: float, poll_s: float, tick: Callable[[str], None]) -> Readiness:
+        assert self.started_at is not None
         deadline = self.started_at + timeout
         health_s: float | None = None
         last = "no probe yet"
@@ -726,6 +732,7 @@ class RuntimeContainer:
                     last = f"/v1/models lists {models}, not {self.plan.served_model_name!r}"
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+            tick(last)
             time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
 
     # ---- stop

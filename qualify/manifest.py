@@ -16,9 +16,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import __version__, mxfp8, statistics
-from .checksums import StepProgress, sha256_files, thread_map
+from .checksums import sha256_files, thread_map
 from .errors import CheckpointError, ManifestError
 from .jsonio import load_json_file
+from .progress import StepProgress
 from .report import Evidence
 from .safetensors_io import Checkpoint
 from .schemas import schema_errors

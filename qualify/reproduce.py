@@ -23,8 +23,9 @@ from typing import Any
 import torch
 
 from . import mxfp8
-from .checksums import StepProgress, thread_map
+from .checksums import thread_map
 from .errors import CheckpointError
+from .progress import StepProgress
 from .report import Evidence
 from .safetensors_io import Checkpoint
 

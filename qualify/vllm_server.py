@@ -20,7 +20,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -29,6 +29,7 @@ from typing import Any
 from .errors import HarnessError
 from .ports import in_use, session_listens
 from .profile import Profile
+from .progress import WaitProgress
 
 VLLM_VERSION = "0.32.0"
 SETUP_SCRIPT = "scripts/setup-vllm-cpu.sh"
@@ -214,6 +215,11 @@ class VLLMServer:
         """Until /v1/models lists the served model; fails early if the process exits, late at the deadline."""
         if self.process is None:
             raise HarnessError("the vLLM server was not started")
+        with WaitProgress(f"the vLLM server on port {self.plan.port}", self.ready_timeout_s) as progress:
+            self._poll_ready(progress.tick)
+
+    def _poll_ready(self, tick: Callable[[str], None]) -> None:
+        assert self.process is not None
         deadline = self._started_at + self.ready_timeout_s
         while True:
             code = self.process.poll()
@@ -236,6 +242,7 @@ class VLLMServer:
                     f"the vLLM server was not ready within {self.ready_timeout_s:.0f} s; log {self.log_path}:\n"
                     + self.log_tail()
                 )
+            tick(f"/v1/models does not list {self.plan.served_model_name!r} yet")
             time.sleep(1.0)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
