@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .checksums import folder_revision
-from .errors import QualifyError, UsageError
+from .errors import UsageError
 from .profile import Profile
 from .report import LEVELS, Run
 
@@ -114,19 +114,6 @@ def resolve_source(opts: RunOptions) -> Resolved:
     return _fetch(repo, revision, "source", opts.hf_cache)
 
 
-def build_image(profile: Profile) -> tuple[str | None, dict[str, Any]]:
-    """The image ID of a profile whose image is built here (``$.runtime.build``), and what the build did."""
-    from . import container, standin
-
-    try:
-        report = standin.ensure_image(container.docker_client())
-    except QualifyError as exc:
-        return None, {"error": str(exc)}
-    return report.image_id, {"image": report.image, "image_id": report.image_id, "built": report.built,
-                             "timings_s": report.timings_s,
-                             "pinned": "to the image ID built from this repository's runtimes/standin"}
-
-
 def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved, image_digest: str | None) -> list[str]:
     out = ["--runtime-log-dir", str(run_dir)]
     if draft.revision:
@@ -138,6 +125,10 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved, image_digest: 
             out += [flag, str(value)]
     if opts.allow_unpinned:
         out.append("--allow-unpinned")
+    if image_digest is None and "load" in opts.levels and opts.profile.image_build \
+            and not opts.profile.data["runtime"]["image_digest"]:
+        # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.
+        out.append("--build-image")
     return out + list(opts.extra_suite_args)
 
 
@@ -165,14 +156,6 @@ def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
         finish_run(run, run_dir)
         return run, run_dir, 1
 
-    image_digest = opts.image_digest
-    if (profile.image_build and "load" in opts.levels and image_digest is None
-            and not profile.data["runtime"]["image_digest"]):
-        image_digest, build = build_image(profile)
-        run.environment["runtime_image_build"] = build
-        if image_digest is None:
-            run.errors.append(f"the runtime image could not be built: {build['error']}")
-
     local: LocalServing | None = None
     if profile.local_server is not None and opts.endpoint is None and any(lv in SERVING_LEVELS for lv in opts.levels):
         # Started by the first serving check that needs it: none when an earlier level failed. A missing
@@ -187,7 +170,7 @@ def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
 
     try:
         code = run_suites(run, profile=profile, checkpoint=draft.path, source=source.path, report_dir=run_dir,
-                          extra_args=_suite_args(opts, run_dir, draft, image_digest), local_serving=local,
+                          extra_args=_suite_args(opts, run_dir, draft, opts.image_digest), local_serving=local,
                           before_finish=before_finish)
     finally:
         if local is not None:

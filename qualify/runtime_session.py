@@ -18,12 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from . import container as c
+from .errors import QualifyError
 from .gpu import GpuInventory, check_gpus, query_gpus
 from .log_evidence import check_log_evidence
 from .profile import Profile
 from .report import Evidence
 
 SERVER_LOG = "server.log"
+
+
+def build_image(profile: Profile) -> tuple[str | None, dict[str, Any]]:
+    """The image ID of a profile whose image is built here (``$.runtime.build``), and what the build did."""
+    from . import standin
+
+    try:
+        report = standin.ensure_image(c.docker_client())
+    except QualifyError as exc:
+        return None, {"error": str(exc)}
+    return report.image_id, {"image": report.image, "image_id": report.image_id, "built": report.built,
+                             "timings_s": report.timings_s,
+                             "pinned": "to the image ID built from this repository's runtimes/standin"}
 
 
 class RuntimeSession:

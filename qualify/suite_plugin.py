@@ -62,6 +62,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="the log file of the --endpoint server, for the smoke level's log evidence")
     group.addoption("--image-digest", default=None,
                     help="pin the runtime image to this sha256 digest (where the profile states none)")
+    group.addoption("--build-image", action="store_true", default=False,
+                    help="build the profile's runtime image ($.runtime.build) when the load level starts, and pin "
+                    "the launch to the image ID built")
     group.addoption("--runtime-log-dir", type=Path, default=None,
                     help="where the runtime's server.log goes (default: the run's report folder)")
 

@@ -17,7 +17,7 @@ import pytest
 from qualify.errors import CheckpointError
 from qualify.profile import Profile
 from qualify.report import LEVELS, Evidence
-from qualify.runtime_session import RuntimeSession
+from qualify.runtime_session import RuntimeSession, build_image
 from qualify.suite_plugin import find_plugin, level_of
 
 
@@ -67,6 +67,14 @@ def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[Runtim
     config = request.config
     run_id = _run_id(config)
     checkpoint = config.getoption("--checkpoint")
+    plugin = find_plugin(config)
+    image_digest = config.getoption("--image-digest")
+    if config.getoption("--build-image") and image_digest is None:
+        image_digest, build = build_image(profile)
+        if plugin is not None:
+            plugin.run.environment["runtime_image_build"] = build
+            if image_digest is None:
+                plugin.run.errors.append(f"the runtime image could not be built: {build['error']}")
     session = RuntimeSession(
         profile,
         run_id=run_id,
@@ -77,13 +85,12 @@ def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[Runtim
         allow_unpinned=config.getoption("--allow-unpinned"),
         pass_hf_token=config.getoption("--pass-hf-token"),
         startup_timeout_s=config.getoption("--startup-timeout"),
-        image_digest=config.getoption("--image-digest"),
+        image_digest=image_digest,
     )
     try:
         yield session
     finally:
         record = session.close()
-        plugin = find_plugin(config)
         if plugin is not None:
             plugin.run.environment["runtime"] = session.summary()
             if record is not None and not record.ok:

@@ -115,7 +115,8 @@ def test_levels_after_a_failed_one_are_not_run(tmp_path: Path) -> None:
         assert all(c.status is Status.NOT_RUN for c in lvl.checks)
         assert lvl.reason.startswith("not run: level reproduction failed")
         assert all("level reproduction failed" in c.message for c in lvl.checks)
-    # Nothing of the runtimes was touched: no container, no local server started.
+    # Nothing of the runtimes was touched: no image built, no container, no local server started.
+    assert "runtime_image_build" not in back.environment
     assert not (path.parent / "server.log").exists() and not list(path.parent.glob("vllm-*.log"))
 
 
