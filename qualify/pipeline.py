@@ -115,14 +115,13 @@ def resolve_source(opts: RunOptions) -> Resolved:
 
 
 def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved, image_digest: str | None) -> list[str]:
-    out = ["--runtime-log-dir", str(run_dir)]
-    if draft.revision:
-        out += ["--draft-revision", draft.revision]
-    for flag, value in (("--image-digest", image_digest), ("--hf-cache", opts.hf_cache),
-                        ("--endpoint", opts.endpoint), ("--reference-endpoint", opts.reference_endpoint),
-                        ("--junitxml", opts.junit_xml)):
+    # --name=VALUE, never two arguments: see runner.run_suites.
+    out = [f"--runtime-log-dir={run_dir}"]
+    for flag, value in (("--draft-revision", draft.revision), ("--image-digest", image_digest),
+                        ("--hf-cache", opts.hf_cache), ("--endpoint", opts.endpoint),
+                        ("--reference-endpoint", opts.reference_endpoint), ("--junitxml", opts.junit_xml)):
         if value:
-            out += [flag, str(value)]
+            out.append(f"{flag}={value}")
     if opts.allow_unpinned:
         out.append("--allow-unpinned")
     if image_digest is None and "load" in opts.levels and opts.profile.image_build \

@@ -204,12 +204,16 @@ def run_suites(
         raise HarnessError(f"{SUITES_DIR}: the qualification suites are missing (install qualify from its checkout)")
     # pytest's own terminal output (dots, "errors" for fixture failures) would speak of tests,
     # not checks; the plugin prints one line per check instead.
+    # Option values are given as --name=VALUE: pytest reads its arguments once before the suites'
+    # options are known, and then takes a separate path value for a test path, loading any
+    # conftest.py in that folder or above it (a checkpoint inside another checkout would run
+    # that checkout's code). --confcutdir keeps conftests outside this repository out too.
     args = [str(SUITES_DIR), "-o", "addopts=", "--strict-markers", "-p", "no:cacheprovider", "-p", "no:terminal",
-            "--profile", str(profile.path)]
+            f"--confcutdir={REPO_ROOT}", f"--profile={profile.path}"]
     if checkpoint is not None:
-        args += ["--checkpoint", str(checkpoint)]
+        args.append(f"--checkpoint={checkpoint}")
     if source is not None:
-        args += ["--source", str(source)]
+        args.append(f"--source={source}")
     args += list(extra_args)
     def finish(r: Run) -> None:
         if before_finish is not None:

@@ -150,3 +150,18 @@ def test_a_malformed_endpoint_is_a_usage_error_before_the_run(tmp_path, flag, ur
     assert f"qualify: error: {flag}: endpoint {url!r}" in proc.stderr and says in proc.stderr
     assert TRACEBACK not in proc.stdout + proc.stderr
     assert not list((tmp_path / "r").glob("*/report.json"))  # nothing was run, nothing reported
+
+
+def test_conftest_files_around_the_checkpoint_are_never_loaded(tmp_path):
+    """A checkpoint inside another checkout (or carrying a conftest.py) must not run that code in the harness."""
+    import shutil
+
+    outer = tmp_path / "other-checkout"
+    ckpt = outer / "models" / "draft"
+    shutil.copytree(FIXTURE / "mxfp8", ckpt)
+    for where in (outer, outer / "models", ckpt):
+        (where / "conftest.py").write_text(f"raise RuntimeError('conftest in {where.name} was loaded')\n")
+    proc = run_qualify("check", str(ckpt), "--levels", "format", "--report-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "was loaded" not in proc.stdout + proc.stderr
+    assert str(read_json(only_report(tmp_path / "r")).verdict) == "qualified"
