@@ -197,11 +197,26 @@ def _path_problem(path: str) -> str | None:
     return None
 
 
+def storage_roots(root: Path) -> tuple[Path, ...]:
+    """Where a checkpoint's files may really live: its folder, and for a hub cache snapshot its repo's blobs.
+
+    The hub's cache keeps a snapshot (``models--ORG--NAME/snapshots/COMMIT/``) as symlinks into
+    the repository's content-addressed ``blobs/`` folder; those links do not leave the
+    release, while a link anywhere else does.
+    """
+    real_root = Path(root).resolve()
+    snapshots = Path(root).absolute().parent
+    repo_dir = snapshots.parent
+    if snapshots.name == "snapshots" and repo_dir.name.startswith("models--"):
+        return real_root, (repo_dir / "blobs").resolve()
+    return (real_root,)
+
+
 def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
     """Every path is relative, stays inside the checkpoint (symlinks included) and is listed once."""
     ev = Evidence("manifest paths are relative, unique and stay inside the checkpoint")
     root = Path(root)
-    real_root = root.resolve()
+    allowed = storage_roots(root)
     checked = 0
     for section, base in (("output", root), ("source", None)):
         # The raw JSON has not passed the schema yet: any part of it may have any type.
@@ -229,7 +244,7 @@ def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
                 except (OSError, RuntimeError) as exc:
                     ev.add(f"output path {path!r} cannot be resolved: {exc}", file=MANIFEST_NAME)
                     continue
-                if not resolved.is_relative_to(real_root):
+                if not any(resolved.is_relative_to(r) for r in allowed):
                     ev.add(f"output path {path!r} resolves outside the checkpoint (to {resolved})", file=path)
     ev.measured["paths_checked"] = checked
     if checked == 0:

@@ -70,6 +70,42 @@ def test_a_symlink_out_of_the_checkpoint_is_caught(fixture_copy, tmp_path):
     assert "resolves outside the checkpoint" in messages(ev)
 
 
+def _as_hub_snapshot(ckpt, cache, repo="models--org--draft"):
+    """The checkpoint laid out as the hub's cache keeps it: snapshot symlinks into the repo's blobs."""
+    blobs = cache / repo / "blobs"
+    snap = cache / repo / "snapshots" / ("1" * 40)
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for f in sorted(ckpt.iterdir()):
+        blob = blobs / f"blob-{f.name}"
+        f.replace(blob)
+        os.symlink(os.path.relpath(blob, snap), snap / f.name)
+    return snap
+
+
+def test_a_hub_cache_snapshot_links_into_its_own_blobs_only(fixture_copy, tmp_path):
+    ckpt, _ = fixture_copy
+    snap = _as_hub_snapshot(ckpt, tmp_path / "cache")
+    ev = m.check_paths(m.read_manifest_json(snap), snap)
+    assert ev.ok, ev.failure_text()
+    # Another repo's blobs, or a file anywhere else, is still outside the release.
+    other = tmp_path / "cache" / "models--org--other" / "blobs"
+    other.mkdir(parents=True)
+    target = snap / "config.json"
+    (other / "cfg").write_bytes(target.read_bytes())
+    target.unlink()
+    os.symlink(other / "cfg", target)
+    assert "output path 'config.json' resolves outside the checkpoint" in messages(
+        m.check_paths(m.read_manifest_json(snap), snap))
+
+
+def test_a_folder_named_like_a_snapshot_outside_a_hub_cache_gets_no_blobs(tmp_path):
+    plain = tmp_path / "work" / "snapshots" / "x"
+    assert m.storage_roots(plain) == (plain.resolve(),)
+    snap = tmp_path / "models--a--b" / "snapshots" / "c"
+    assert m.storage_roots(snap) == (snap.resolve(), (tmp_path / "models--a--b" / "blobs").resolve())
+
+
 def test_a_file_listed_twice(fixture_copy):
     ckpt, _ = fixture_copy
     edit_manifest(ckpt, lambda d: d["output"]["files"].append(dict(d["output"]["files"][0])))

@@ -151,3 +151,54 @@ def test_a_local_target_that_is_not_the_pinned_one_is_refused(tmp_path: Path, mo
     with pytest.raises(Exception, match=r"content revision [0-9a-f]{40}, not the profile's \$\.target\.revision"):
         local.endpoint()
     local.stop()
+
+
+def _hub_with_fixture(draft_commit: str, *, corrupt: str | None = None):
+    """A stand-in hub serving the fixture's draft at ``draft_commit`` and its source at the profile's pin."""
+    from tests.hub_standin import StandinHub, StandinRepo
+
+    profile = load_profile("fixture")
+    draft = {p.name: p.read_bytes() for p in sorted((FIXTURE / "mxfp8").iterdir()) if p.is_file()}
+    source = {p.name: p.read_bytes() for p in sorted((FIXTURE / "source").iterdir()) if p.is_file()}
+    if corrupt is not None:
+        raw = bytearray(draft[corrupt])
+        raw[-1] ^= 0x01
+        draft[corrupt] = bytes(raw)
+    return StandinHub([
+        StandinRepo(profile.data["checkpoint"]["repo"], {draft_commit: draft}, branches={"main": draft_commit}),
+        StandinRepo(profile.source_repo or "", {profile.source_revision or "": source}),
+    ])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corrupt", [None, "model.safetensors"])
+def test_qualify_run_fetches_draft_and_source_from_the_hub_at_their_commits(tmp_path: Path, corrupt) -> None:
+    """The online path of ``qualify run`` end to end: the real huggingface_hub client against a local hub."""
+    commit = "4444444444444444444444444444444444444444"
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
+    with _hub_with_fixture(commit, corrupt=corrupt).serving() as hub:
+        env["HF_ENDPOINT"] = hub.url
+        reports = tmp_path / "reports"
+        proc = subprocess.run([sys.executable, "-m", "qualify.cli", "run", "--profile", "fixture", "--draft-revision",
+                               commit, "--hf-cache", str(tmp_path / "cache"), "--levels",
+                               "structure,format,reproduction", "--report-dir", str(reports)],
+                              cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+        asked = hub.paths("GET")
+    assert TRACEBACK not in proc.stdout + proc.stderr
+    (path,) = reports.glob("*/report.json")
+    run = read_json(path)
+    profile = load_profile("fixture")
+    assert run.checkpoint["obtained"] == "hub" and run.checkpoint["revision"] == commit
+    assert run.source["obtained"] == "hub" and run.source["revision"] == profile.source_revision
+    assert run.checkpoint["hub"]["mode"] == "online"
+    assert any(f"/resolve/{commit}/model.safetensors" in p for p in asked)
+    assert any(f"/resolve/{profile.source_revision}/model.safetensors" in p for p in asked)
+    snapshot = tmp_path / "cache" / f"models--{profile.data['checkpoint']['repo'].replace('/', '--')}" / "snapshots"
+    assert run.checkpoint["path"] == str(snapshot / commit)
+    if corrupt is None:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert str(run.verdict) == "qualified"
+    else:  # the hub served other bytes than the release's manifest names: the checksums catch it
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        failed = {c.id for lvl in run.levels for c in lvl.checks if c.status is Status.FAILED}
+        assert "structure.output_checksums" in failed
