@@ -85,6 +85,7 @@ class ThroughputSpec:
     min_output_tokens_per_s: float | None
     max_mean_ttft_s: float | None
     max_mean_itl_s: float | None
+    request_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ class Profile:
             min_output_tokens_per_s=opt("min_output_tokens_per_s"),
             max_mean_ttft_s=opt("max_mean_ttft_s"),
             max_mean_itl_s=opt("max_mean_itl_s"),
+            request_timeout_s=float(x.get("request_timeout_s", 120.0)),
         )
 
     def conditions(self) -> dict[str, Any]:

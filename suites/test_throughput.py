@@ -15,7 +15,7 @@ def test_serving_throughput(openai_client, served_model, prompt_set, throughput_
     measured = serving.measure_throughput(
         openai_client, served_model, prompt_set.prompts, max_tokens=throughput_spec.max_tokens,
         temperature=throughput_spec.temperature, concurrency=throughput_spec.concurrency,
-        timeout_s=serving.DEFAULT_TIMEOUT_S, rounds=throughput_spec.rounds,
+        timeout_s=throughput_spec.request_timeout_s, rounds=throughput_spec.rounds,
     )
     measured.update(prompts=prompt_set.identity(), server=server_info)
     evidence, gated = throughput_evidence(

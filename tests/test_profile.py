@@ -159,6 +159,16 @@ def test_scale_recipe_when_stated(tmp_path: Path, fixture_text: str) -> None:
     assert "$.format.scale_recipe: 'ceil' is not one of" in profile_error(wrong)
 
 
+def test_throughput_request_timeout(tmp_path: Path, fixture_text: str) -> None:
+    spec = load_profile("fixture").throughput
+    assert spec is not None and spec.request_timeout_s == 120.0  # unstated: the library's default
+    stated = write_variant(tmp_path, fixture_text, "rounds = 1\n", "rounds = 1\nrequest_timeout_s = 15\n")
+    spec = load_profile(stated).throughput
+    assert spec is not None and spec.request_timeout_s == 15.0
+    zero = write_variant(tmp_path, fixture_text, "rounds = 1\n", "rounds = 1\nrequest_timeout_s = 0\n", "zero.toml")
+    assert "$.throughput.request_timeout_s" in profile_error(zero)
+
+
 def test_format_spec_is_the_seed_format(seed_profile: Profile) -> None:
     expected = FormatSpec(
         element_dtype="F8_E4M3",
