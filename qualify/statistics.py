@@ -2,9 +2,12 @@
 
 Pure functions. A conversion manifest *claims* these numbers for every tensor; the
 harness recomputes them from the source and the stored bytes and :func:`compare`
-says which claims do not hold. Everything is summed in float64, over row chunks so
-that the float64 working copies stay bounded (a few 16 MiB tensors at a time)
-whatever the weight's size.
+says which claims do not hold. Everything is computed in float64, over row chunks so
+that the working copies stay bounded whatever the weight's size.
+
+The sums are the same float on every IEEE-754 machine, whatever the thread count, the
+vector width or the chunk sizes (see :func:`exact_order_sum`): a manifest written on
+one machine is reproduced byte for byte on another, and the shipped fixture with it.
 
 Definitions (x = source, y = dequantized, both float64): ``sse = sum((y - x)**2)``,
 ``sum_sq = sum(x**2)``, ``mse = sse / elements``, ``max_abs_error = max|y - x|``,
@@ -34,14 +37,12 @@ from .mxfp8 import (
     parse_recipe,
 )
 
-#: float64 elements per chunk: 2 Mi elements is 16 MiB per float64 copy, and a chunk
-#: holds two of them (the source and the error). Each sum is taken over one chunk, so
-#: this also fixes the summation order: changing it changes the last bits of the sums.
+#: Elements per chunk of the block-wise passes (block amax, byte checks, block counts),
+#: which bound their temporaries. It does not change any result.
 _CHUNK_ELEMENTS = 1 << 21
-#: Elements per sub-chunk of the elementwise float64 passes: 256 Ki is 2 MiB per copy,
-#: so a sub-chunk's passes run in cache instead of streaming 16 MiB buffers through
-#: memory each time (measured on a 10240 x 2048 BF16 weight: 10.6 against 13.5 ns per
-#: element, one thread). It does not change any result.
+#: Elements per sub-chunk of the float64 passes: 256 Ki is 2 MiB per float64 copy, so
+#: decoding, squaring and summing a sub-chunk runs in cache instead of streaming larger
+#: buffers through memory. It does not change any result either: the sums are per row.
 _SUB_CHUNK_ELEMENTS = 1 << 18
 
 
@@ -134,21 +135,20 @@ def weight_statistics(
     scale_rows = q.scale.reshape(-1, blocks_per_row)
     rows = x_rows.shape[0]
 
-    sse = sum_sq = max_abs_error = amax = 0.0
+    max_abs_error = amax = 0.0
     zero_blocks = saturated_blocks = min_scale_blocks = 0
     step = max(1, _CHUNK_ELEMENTS // max(k, 1))
-    # The float64 passes run over sub-chunks small enough to stay in cache, but each sum
-    # is still taken over the whole chunk: the result is the same float, however the
-    # elements were computed, only if the same reduction runs over the same tensor.
     sub_step = max(1, min(step, _SUB_CHUNK_ELEMENTS // max(k, 1)))
-    # Buffers reused by every chunk: a fresh 16 MiB tensor per chunk costs more in page
-    # faults than the arithmetic on it.
-    shape = (min(step, rows), blocks_per_row, block_size)
-    x_buf = torch.empty(shape, dtype=torch.float64)
-    error_buf = torch.empty(shape, dtype=torch.float64)
-    sub_shape = (min(sub_step, rows), blocks_per_row, block_size)
-    bits_buf = torch.empty(sub_shape, dtype=torch.int16)
-    magnitude_buf = torch.empty(shape, dtype=torch.uint8)
+    # Row sums of x**2 (index 0) and of the squared error (index 1): rows are the unit the
+    # sums are fixed on, and sub-chunks hold whole rows, so a sub-chunk is summed while it
+    # is still in cache and the chunk sizes cannot change the order of any addition.
+    row_sums = torch.empty((2, rows), dtype=torch.float64)
+    # Reused by every sub-chunk: a fresh tensor each time costs more in page faults than
+    # the arithmetic on it. x and the error share one buffer so that one in-place add per
+    # tree level folds both.
+    pair_buf = torch.empty((2, min(sub_step, rows), k), dtype=torch.float64)
+    bits_buf = torch.empty((min(sub_step, rows), blocks_per_row, block_size), dtype=torch.int16)
+    magnitude_buf = torch.empty((min(step, rows), blocks_per_row, block_size), dtype=torch.uint8)
     for start in range(0, rows, step):
         stop = min(start + step, rows)
         n = stop - start
@@ -162,21 +162,20 @@ def weight_statistics(
         if int(magnitude.max()) == 0x7F:  # the largest 7-bit magnitude, and E4M3's only NaN one
             raise QuantizationError("E4M3 NaN encoding (0x7F/0xFF) in quantized weight", tensor=name)
         factor = e8m0_decode(scale).to(torch.float64).mul_(256.0)  # see _decode_e4m3
-        # Private copies (never an alias of a float64 source), squared in place at the end.
-        x, error = x_buf[:n], error_buf[:n]
         for a in range(0, n, sub_step):
             b = min(a + sub_step, n)
-            xs, es = x[a:b], error[a:b]
+            pair = pair_buf[:, : b - a]
+            # Private copies (never an alias of a float64 source), squared and folded in place.
+            xs = pair[0].view(b - a, blocks_per_row, block_size)
+            es = pair[1].view(b - a, blocks_per_row, block_size)
             xs.copy_(source_chunk[a:b])
             _decode_e4m3(data[a:b], factor[a:b], bits_buf[: b - a], es)
             es.sub_(xs)
             # max|e| as max(max e, -min e): one read instead of an in-place abs and a read.
             low, high = torch.aminmax(es)
             max_abs_error = max(max_abs_error, float(high), -float(low))
-            es.square_()
-            xs.square_()
-        sse += float(error.sum())
-        sum_sq += float(x.sum())
+            pair.square_()
+            row_sums[:, start + a : start + b] = _fold_rows_(pair)
         amax = max(amax, float(block_amax.max()))
         zero_blocks += int((block_amax == 0).sum())
         # 448 * 2**exponent is exact in float64, so this is the pre-clamp test
@@ -184,6 +183,7 @@ def weight_statistics(
         saturated_blocks += int((block_amax > E4M3_MAX * e8m0_decode(scale).to(torch.float64)).sum())
         min_scale_blocks += int((scale == 0).sum())
 
+    sum_sq, sse = _fold_rows_(row_sums).tolist()
     elements = source.numel()
     mse, relative_rms_error, sqnr_db = _derived(sse, sum_sq, elements)
     return WeightStatistics(
@@ -200,6 +200,48 @@ def weight_statistics(
         sqnr_db=sqnr_db,
         amax=amax,
     )
+
+
+def exact_order_sum(x: torch.Tensor) -> float:
+    """Sum of ``x``'s elements in float64, the same float on every IEEE-754 machine.
+
+    torch's own reductions split their work by thread count and vector width, so the
+    last bits of a float64 ``sum`` change with ``OMP_NUM_THREADS`` and the CPU. Here
+    the order of the additions is fixed by the shape alone: each row (the last
+    dimension) is summed by :func:`_fold_rows_`'s pairwise tree, and the row sums, in
+    row-major order, by the same tree. :func:`weight_statistics` sums ``(y - x)**2``
+    and ``x**2`` of the ``[rows, K]`` weight this way, a sub-chunk of rows at a time.
+    (Combining the row sums with :func:`math.fsum` instead would be exact, but it costs
+    about 60 ns a row in Python: 2 ns an element at K = 32.) A 0-d tensor is one row
+    of one element.
+    """
+    if x.numel() == 0:
+        return 0.0
+    width = x.shape[-1] if x.dim() else 1
+    rows = torch.empty(x.shape, dtype=torch.float64)
+    rows.copy_(x)  # a private copy: the tree is built in place
+    return float(_fold_rows_(_fold_rows_(rows.reshape(-1, width))))
+
+
+def _fold_rows_(x: torch.Tensor) -> torch.Tensor:
+    """Sum each row (the last dimension) of float64 ``x`` in place; returns the ``x[..., 0]`` view of the row sums.
+
+    A fixed pairwise tree: a row of width ``w`` becomes one of width ``ceil(w / 2)``,
+    element ``i < w // 2`` gaining element ``i + ceil(w / 2)`` (an odd middle element
+    waits a level), until one is left. Each level is one elementwise add of two
+    disjoint views, and an elementwise IEEE add gives the same float whichever thread
+    or vector lane computes it, so the result depends on the values and the width
+    only. The halves are contiguous runs, so the adds vectorize, unlike pairing
+    neighbours through stride-2 views. The error grows with ``log2(w)``, not ``w``.
+    """
+    width = x.shape[-1]
+    if width == 0:
+        return torch.zeros(x.shape[:-1], dtype=x.dtype)
+    while width > 1:
+        keep = (width + 1) // 2
+        x[..., : width - keep].add_(x[..., keep:width])
+        width = keep
+    return x[..., 0]
 
 
 def _block_amax(source_chunk: torch.Tensor) -> torch.Tensor:
@@ -245,13 +287,17 @@ _F16_FROM_E4M3_MASK = -0x4080  # 0xBF80 as an int16
 def aggregate(stats: Iterable[WeightStatistics]) -> AggregateStatistics:
     """Pool per-tensor statistics (an empty iterable gives all-zero totals)."""
     tensors = elements = 0
-    sse = sum_sq = max_abs_error = 0.0
+    max_abs_error = 0.0
+    sses: list[float] = []
+    sums_sq: list[float] = []
     for item in stats:
         tensors += 1
         elements += item.elements
-        sse += item.sse
-        sum_sq += item.sum_sq
+        sses.append(item.sse)
+        sums_sq.append(item.sum_sq)
         max_abs_error = max(max_abs_error, item.max_abs_error)
+    # Correctly rounded, so the totals do not depend on the order the tensors come in.
+    sse, sum_sq = math.fsum(sses), math.fsum(sums_sq)
     mse, relative_rms_error, sqnr_db = _derived(sse, sum_sq, elements)
     return AggregateStatistics(
         tensors=tensors,

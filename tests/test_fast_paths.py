@@ -91,14 +91,18 @@ def reference_statistics(source: torch.Tensor, q: MXFP8Weight) -> dict[str, obje
     k = source.shape[-1]
     x_rows, d_rows, s_rows = source.reshape(-1, k), q.data.reshape(-1, k), q.scale.reshape(-1, k // 32)
     step = max(1, statistics._CHUNK_ELEMENTS // k)
-    sse = sum_sq = max_abs = 0.0
+    max_abs = 0.0
+    sq_errors, squares = [], []
     for start in range(0, x_rows.shape[0], step):
         x = x_rows[start:start + step].double().reshape(-1, k // 32, 32)
         y = mxfp8.dequantize(d_rows[start:start + step], s_rows[start:start + step], 32, torch.float64)
         err = (y.reshape(x.shape) - x).abs()
         max_abs = max(max_abs, float(err.max()))
-        sse += float(err.square().sum())
-        sum_sq += float(x.square().sum())
+        sq_errors.append(err.square().reshape(-1, k))
+        squares.append(x.square().reshape(-1, k))
+    # The sums are defined row by row (statistics.exact_order_sum), not by chunk.
+    sse = statistics.exact_order_sum(torch.cat(sq_errors))
+    sum_sq = statistics.exact_order_sum(torch.cat(squares))
     return {"sse": sse, "sum_sq": sum_sq, "max_abs_error": max_abs, "amax": float(source.double().abs().max())}
 
 

@@ -22,7 +22,7 @@ from qualify.report import Status, Verdict, read_json
 from qualify.runner import new_run
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
-FIXTURE_REVISION = "3ba54348460fb703c362fdc2c9cb5f0b194b5074"
+FIXTURE_REVISION = "a87d26ec2712047be48240e04266dc295bbe3621"
 
 
 def _opts(tmp_path: Path, **kw: object) -> RunOptions:

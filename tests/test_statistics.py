@@ -1,10 +1,15 @@
 """Tests of qualify.statistics on hand-checkable blocks, against a one-shot float64
-computation, and of compare()'s tolerance rules."""
+computation, of its machine- and thread-independent sums, and of compare()'s tolerance
+rules."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,7 +17,15 @@ import torch
 from qualify import statistics
 from qualify.errors import QuantizationError
 from qualify.mxfp8 import RECIPES, MXFP8Weight, ScaleRecipe, quantize
-from qualify.statistics import AggregateStatistics, WeightStatistics, aggregate, compare, weight_statistics
+from qualify.statistics import (
+    AggregateStatistics,
+    WeightStatistics,
+    aggregate,
+    compare,
+    exact_order_sum,
+    weight_statistics,
+)
+from tests.helpers import REPO
 
 
 def block(*values: float) -> list[float]:
@@ -102,11 +115,15 @@ def test_matches_one_shot_float64(recipe: ScaleRecipe, monkeypatch: pytest.Monke
     source = _random_weight(21)
     q = quantize(source, recipe)
     monkeypatch.setattr(statistics, "_CHUNK_ELEMENTS", 7 * 256)  # ragged multi-chunk path
+    monkeypatch.setattr(statistics, "_SUB_CHUNK_ELEMENTS", 3 * 256)  # ragged sub-chunks inside each chunk
     stats = weight_statistics(source, q, recipe)
     x = source.double()
     y = q.data.double() * torch.exp2(q.scale.double() - 127).repeat_interleave(32, dim=1)
     err = y - x
     assert stats.elements == x.numel() and stats.blocks == x.numel() // 32
+    # The same float as the whole tensor summed at once: chunking changes no addition.
+    assert stats.sse == exact_order_sum(err**2)
+    assert stats.sum_sq == exact_order_sum(x**2)
     assert stats.sse == pytest.approx(float((err**2).sum()), rel=1e-12)
     assert stats.sum_sq == pytest.approx(float((x**2).sum()), rel=1e-12)
     assert stats.max_abs_error == float(err.abs().max())
@@ -118,6 +135,108 @@ def test_matches_one_shot_float64(recipe: ScaleRecipe, monkeypatch: pytest.Monke
     over = sum(1 for a in block_amax if a and 2 * math.frexp(a)[0] > 1.75)
     assert stats.saturated_blocks == (over if recipe is ScaleRecipe.OCP_FLOOR else 0)
     assert over > 0
+
+
+# -- sums that do not depend on the machine -------------------------------------------
+
+
+def tree_sum(values: list[float]) -> float:
+    """The pairwise tree exact_order_sum documents, one Python float addition at a time."""
+    if not values:
+        return 0.0
+    while len(values) > 1:
+        width, keep = len(values), (len(values) + 1) // 2
+        pairs = [a + b for a, b in zip(values[: width - keep], values[keep:], strict=True)]
+        values = pairs + values[width - keep : keep]  # an odd middle element waits a level
+    return values[0]
+
+
+def test_exact_order_sum_hand_checked() -> None:
+    # Pairs (0, 2) and (1, 3): 1e16 - 1e16 + (1 + 1) = 2, where a running sum loses both
+    # ones to rounding (1e16 + 1 rounds to 1e16, ties to even).
+    values = [1e16, 1.0, -1e16, 1.0]
+    assert exact_order_sum(torch.tensor(values, dtype=torch.float64)) == 2.0
+    assert sum(values) == 1.0
+    # Odd width: element 0 pairs with element 2 and the middle one waits a level, so
+    # 2**53 + 1 rounds back to 2**53 before the other 1 comes (2**53 + 2 in any order
+    # that adds the two ones first).
+    assert exact_order_sum(torch.tensor([2.0**53, 1.0, 1.0], dtype=torch.float64)) == 2.0**53
+    assert exact_order_sum(torch.tensor([], dtype=torch.float64)) == 0.0
+    assert exact_order_sum(torch.tensor(3.5, dtype=torch.float64)) == 3.5
+    assert exact_order_sum(torch.tensor([[1.5], [-0.5]], dtype=torch.float64)) == 1.0
+    # Rows (the last dimension) are summed first: 1 + 2**53 rounds to 2**53 in the first
+    # row, and again when the second row's 1 comes; flattened, the same four values pair
+    # the ones together (elements 0 and 2) and give 2**53 + 2.
+    rows = torch.tensor([[1.0, 2.0**53], [1.0, 0.0]], dtype=torch.float64)
+    assert exact_order_sum(rows) == 2.0**53
+    assert exact_order_sum(rows.flatten()) == 2.0**53 + 2
+
+
+@pytest.mark.parametrize("width", [*range(1, 40), 63, 64, 65, 255, 256, 257, 1000])
+def test_exact_order_sum_is_the_pairwise_tree(width: int) -> None:
+    generator = torch.Generator().manual_seed(width)
+    # Values spread over 60 binades, so that the order of the additions shows in the result.
+    x = torch.randn(3, width, generator=generator, dtype=torch.float64) * torch.exp2(
+        torch.randint(-30, 30, (3, width), generator=generator, dtype=torch.float64)
+    )
+    before = x.clone()
+    assert exact_order_sum(x[0]) == tree_sum(x[0].tolist())
+    assert exact_order_sum(x) == tree_sum([tree_sum(row) for row in x.tolist()])
+    assert torch.equal(x, before)  # the input is not folded in place
+    # A narrower dtype is widened exactly first.
+    assert exact_order_sum(x.float()) == tree_sum([tree_sum(row) for row in x.float().double().tolist()])
+    # Leading dimensions are rows in row-major order.
+    stacked = x.reshape(3, 1, width).expand(3, 5, width)
+    assert exact_order_sum(stacked) == tree_sum([tree_sum(row) for row in stacked.reshape(15, width).tolist()])
+
+
+_THREADS_SCRIPT = """
+import json
+import torch
+from qualify.mxfp8 import quantize
+from qualify.statistics import exact_order_sum, weight_statistics
+out = {"threads": torch.get_num_threads(), "torch_sum": [], "exact_order_sum": [], "statistics": []}
+for seed in range(4):
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.exp2(torch.randint(-8, 8, (32, 1), generator=g))
+    w = (torch.randn(32, 2048, generator=g) * scale).to(torch.bfloat16)
+    squares = w.double().square().flatten()
+    out["torch_sum"].append(repr(float(squares.sum())))
+    out["exact_order_sum"].append(repr(exact_order_sum(squares)))
+    stats = weight_statistics(w, quantize(w, "modelopt"), "modelopt")
+    out["statistics"].append({k: repr(v) for k, v in stats.to_dict().items()})
+print(json.dumps(out))
+"""
+
+
+def _run_with_threads(threads: int) -> dict[str, object]:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["threads"] == threads
+    return result
+
+
+def test_sums_are_the_same_on_one_and_two_threads() -> None:
+    one, two = _run_with_threads(1), _run_with_threads(2)
+    # torch's own float64 sum of the same squares differs between thread counts for some
+    # of these weights (whether it does depends on the values); without that this test
+    # would show nothing.
+    assert one["torch_sum"] != two["torch_sum"], "torch.sum gives the same on 1 and 2 threads: pick other tensors"
+    assert one["exact_order_sum"] == two["exact_order_sum"]
+    assert one["statistics"] == two["statistics"]
+
+
+def test_aggregate_does_not_depend_on_the_order_of_the_tensors() -> None:
+    base = stats_of([block(1.0)], "modelopt")
+    big, one = dataclasses.replace(base, sse=2.0**53, sum_sq=2.0**53), dataclasses.replace(base, sse=1.0, sum_sq=1.0)
+    # In a running sum, 2**53 + 1 + 1 is 2**53 but 1 + 1 + 2**53 is 2**53 + 2.
+    forward, backward = aggregate([big, one, one]), aggregate([one, one, big])
+    assert forward == backward
+    assert forward.sse == forward.sum_sq == 2.0**53 + 2
 
 
 def test_stored_scales_decide_saturation() -> None:
