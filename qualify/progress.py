@@ -63,22 +63,18 @@ def _format_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-class StepProgress:
-    """Progress of one long step (hashing, statistics, reproduction), counted in bytes.
+class _Display:
+    """What both kinds share: a rich display on a terminal, else heartbeat lines on the original stderr.
 
-    On a terminal: a transient rich bar. Elsewhere (CI logs, pipes): plain lines, at most
-    one every :data:`LINE_INTERVAL_S` seconds and only once the step has run that long,
-    then one closing line, so short steps and test runs print nothing and a long step
-    shows a heartbeat instead of silence. ``show=False`` prints nothing; ``show=True``
-    forces the bar (on stderr when there is no terminal). :meth:`advance` may be called
-    from any thread.
+    ``show=False`` prints nothing; ``show=True`` forces the rich display (on stderr when
+    there is no terminal). Subclasses say what the display shows (:meth:`_make_bar`,
+    :meth:`_text`) and what its closing word is.
     """
 
-    def __init__(self, verb: str, what: str, total: int, *, show: bool | None = None,
-                 interval: float = LINE_INTERVAL_S) -> None:
-        self.verb, self.what, self.total = verb, what, total
+    done_word = "done"
+
+    def __init__(self, *, show: bool | None, interval: float) -> None:
         self.interval = interval
-        self.done = 0
         self._lock = threading.Lock()
         self._bar: Any = None
         self._task: Any = None
@@ -87,69 +83,46 @@ class StepProgress:
         self._printed = False
         terminal = _terminal()
         if show is True or (show is None and terminal is not None):
-            self._open_bar(terminal or sys.stderr)
+            from rich.console import Console
+
+            self._bar = self._make_bar(Console(file=terminal or sys.stderr))
         elif show is None:
             self._lines = _ORIGINAL_STDERR
+
+    def _make_bar(self, console: Any) -> Any:
+        raise NotImplementedError
+
+    def _add_task(self) -> Any:
+        raise NotImplementedError
+
+    def _text(self, elapsed: float) -> str:
+        raise NotImplementedError
 
     @property
     def active(self) -> bool:
         return self._bar is not None or self._lines is not None
 
-    def _open_bar(self, stream: TextIO) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._bar = Progress(
-            TextColumn(f"[bold]{self.verb}[/bold] {{task.description}}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(file=stream),
-            transient=True,
-        )
-
-    def __enter__(self) -> StepProgress:
+    def __enter__(self) -> _Display:
         self._start = time.monotonic()
         self._next_line = self._start + self.interval
         if self._bar is not None:
             self._bar.__enter__()
-            self._task = self._bar.add_task(self.what, total=self.total)
+            self._task = self._add_task()
         return self
 
-    def advance(self, n: int) -> None:
-        if self._bar is not None:
-            # Progress.advance takes its own lock; ours keeps the hot path to one call per
-            # chunk and makes the counter's thread-safety explicit.
-            with self._lock:
-                self._bar.advance(self._task, n)
+    def _heartbeat(self, tail: str = "") -> None:
+        """A plain line if one is due (call with the lock held, or from one thread)."""
+        now = time.monotonic()
+        if self._lines is None or now < self._next_line:
             return
-        if self._lines is None:
-            return
-        with self._lock:
-            self.done += n
-            now = time.monotonic()
-            if now < self._next_line:
-                return
-            self._next_line = now + self.interval
-            self._printed = True
-            self._line(now, "")
+        self._next_line = now + self.interval
+        self._printed = True
+        self._line(now, tail)
 
     def _line(self, now: float, tail: str) -> None:
         assert self._lines is not None
-        elapsed = max(now - self._start, 1e-9)
-        share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        text = (f"{self.verb} {self.what}: {_format_bytes(self.done)} of {_format_bytes(self.total)}{share} "
-                f"in {elapsed:.0f} s, {_format_bytes(self.done / elapsed)}/s{tail}")
         try:
-            print(text, file=self._lines, flush=True)
+            print(self._text(max(now - self._start, 1e-9)) + tail, file=self._lines, flush=True)
         except (OSError, ValueError):
             self._lines = None  # the log went away; the step itself must not fail for it
 
@@ -159,10 +132,60 @@ class StepProgress:
         if self._bar is not None:
             self._bar.__exit__(exc_type, exc, tb)
         elif self._lines is not None and self._printed:
-            self._line(time.monotonic(), ", done" if exc_type is None else ", stopped")
+            self._line(time.monotonic(), f", {self.done_word}" if exc_type is None else ", stopped")
 
 
-class WaitProgress:
+class StepProgress(_Display):
+    """Progress of one long step (hashing, statistics, reproduction), counted in bytes.
+
+    On a terminal: a transient rich bar. Elsewhere (CI logs, pipes): plain lines, at most
+    one every :data:`LINE_INTERVAL_S` seconds and only once the step has run that long,
+    then one closing line. :meth:`advance` may be called from any thread.
+    """
+
+    def __init__(self, verb: str, what: str, total: int, *, show: bool | None = None,
+                 interval: float = LINE_INTERVAL_S) -> None:
+        self.verb, self.what, self.total = verb, what, total
+        self.done = 0
+        super().__init__(show=show, interval=interval)
+
+    def _make_bar(self, console: Any) -> Any:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        return Progress(TextColumn(f"[bold]{self.verb}[/bold] {{task.description}}"), BarColumn(), DownloadColumn(),
+                        TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True)
+
+    def _add_task(self) -> Any:
+        return self._bar.add_task(self.what, total=self.total)
+
+    def __enter__(self) -> StepProgress:
+        super().__enter__()
+        return self
+
+    def advance(self, n: int) -> None:
+        # rich's Progress.advance takes its own lock; ours keeps the hot path to one call
+        # per chunk and makes the counter's thread-safety explicit.
+        with self._lock:
+            if self._bar is not None:
+                self._bar.advance(self._task, n)
+            elif self._lines is not None:
+                self.done += n
+                self._heartbeat()
+
+    def _text(self, elapsed: float) -> str:
+        share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        return (f"{self.verb} {self.what}: {_format_bytes(self.done)} of {_format_bytes(self.total)}{share} "
+                f"in {elapsed:.0f} s, {_format_bytes(self.done / elapsed)}/s")
+
+
+class WaitProgress(_Display):
     """A wait with a deadline (a server starting, a container becoming ready).
 
     On a terminal: a transient spinner with the elapsed time and the latest state.
@@ -171,61 +194,34 @@ class WaitProgress:
     Call :meth:`tick` from the polling loop; it never raises.
     """
 
+    done_word = "ready"
+
     def __init__(self, what: str, deadline_s: float, *, show: bool | None = None,
                  interval: float = LINE_INTERVAL_S) -> None:
-        self.what, self.deadline_s, self.interval = what, deadline_s, interval
-        self._bar: Any = None
-        self._task: Any = None
-        self._lines: TextIO | None = None
-        self._start = self._next_line = 0.0
-        self._printed = False
-        self._state = ""
-        terminal = _terminal()
-        if show is True or (show is None and terminal is not None):
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        self.what, self.deadline_s = what, deadline_s
+        super().__init__(show=show, interval=interval)
 
-            self._bar = Progress(SpinnerColumn(), TextColumn(f"[bold]waiting[/bold] for {what}"),
-                                 TimeElapsedColumn(), TextColumn("{task.description}"),
-                                 console=Console(file=terminal or sys.stderr), transient=True)
-        elif show is None:
-            self._lines = _ORIGINAL_STDERR
+    def _make_bar(self, console: Any) -> Any:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        return Progress(SpinnerColumn(), TextColumn(f"[bold]waiting[/bold] for {self.what}"), TimeElapsedColumn(),
+                        TextColumn("{task.description}"), console=console, transient=True)
+
+    def _add_task(self) -> Any:
+        return self._bar.add_task("", total=None)
 
     def __enter__(self) -> WaitProgress:
-        self._start = time.monotonic()
-        self._next_line = self._start + self.interval
-        if self._bar is not None:
-            self._bar.__enter__()
-            self._task = self._bar.add_task("", total=None)
+        super().__enter__()
         return self
 
     def tick(self, state: str = "") -> None:
-        self._state = state
         if self._bar is not None:
             self._bar.update(self._task, description=state)
-            return
-        now = time.monotonic()
-        if self._lines is None or now < self._next_line:
-            return
-        self._next_line = now + self.interval
-        self._printed = True
-        self._line(now, f"; {state}" if state else "")
+        else:
+            self._heartbeat(f"; {state}" if state else "")
 
-    def _line(self, now: float, tail: str) -> None:
-        assert self._lines is not None
-        try:
-            print(f"waiting for {self.what}: {now - self._start:.0f} s of at most {self.deadline_s:.0f} s{tail}",
-                  file=self._lines, flush=True)
-        except (OSError, ValueError):
-            self._lines = None
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(exc_type, exc, tb)
-        elif self._lines is not None and self._printed:
-            self._line(time.monotonic(), ", ready" if exc_type is None else ", stopped")
+    def _text(self, elapsed: float) -> str:
+        return f"waiting for {self.what}: {elapsed:.0f} s of at most {self.deadline_s:.0f} s"
 
 
 __all__ = ["LINE_INTERVAL_S", "StepProgress", "WaitProgress"]
