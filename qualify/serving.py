@@ -341,7 +341,9 @@ def measure_acceptance(
 
     A prompt whose request or counters fail is a failure line, never a silent omission;
     an endpoint whose counters are missing fails every prompt the same way, so the first
-    such error ends the measurement.
+    such error ends the measurement. A delta larger than the answer can explain
+    (:class:`qualify.specdecode.RequestBound`) holds another client's tokens: a failure line too,
+    never a sample, since its figures would be the two clients' mixed.
     """
     run = MeasuredRun(sd.AcceptanceMeasurement(expected_categories=tuple(categories)))
     for i, p in enumerate(prompts):
@@ -364,6 +366,11 @@ def measure_acceptance(
             run.measurement.failures.append(str(exc))
             continue
         run.completions[p.id] = c
+        # settled_counters only sees traffic that goes on after the request; traffic during it shows here.
+        excess = sd.unexplained_by_request(delta, c.completion_tokens, len(after.accepted_per_pos))
+        if excess is not None:
+            run.measurement.failures.append(f"prompt {p.id}: {excess}")
+            continue
         run.measurement.samples.append(
             sd.RequestSample(p.id, p.category, delta, c.completion_tokens, c.finish_reason)
         )

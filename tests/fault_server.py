@@ -18,7 +18,9 @@ strikes during acceptance:
 - ``die``: the server stops: the request in flight is cut off without an answer, the
   listening socket is closed, every later connection is refused;
 - ``reset``: the counters restart from zero (a server restart) at the next generation request;
-- ``no_counters``: ``/metrics`` serves no speculative-decoding counters.
+- ``no_counters``: ``/metrics`` serves no speculative-decoding counters;
+- ``concurrent``: another client's request of ``concurrent_tokens`` tokens is generated while each
+  generation request is answered, so the counters move by more than the answer explains.
 
 ``fault_after=0`` makes the fault strike from the first generation request (smoke).
 """
@@ -39,7 +41,7 @@ from qualify import specdecode as sd
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "dflash2-tiny-target"
-FAULTS = ("http500", "malformed", "hang", "die", "reset", "no_counters")
+FAULTS = ("http500", "malformed", "hang", "die", "reset", "no_counters", "concurrent")
 GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
 
 
@@ -47,7 +49,7 @@ class FaultServer:
     """The server and its state; use :func:`fault_server` to run one."""
 
     def __init__(self, *, fault: str | None = None, fault_after: int = 0, model: str = MODEL, proposal: int = 7,
-                 accepted: int = 5, hang_s: float = 3600.0) -> None:
+                 accepted: int = 5, hang_s: float = 3600.0, concurrent_tokens: int = 24) -> None:
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
         if not 0 <= accepted <= proposal:
@@ -58,6 +60,7 @@ class FaultServer:
         self.proposal = proposal
         self.accepted = accepted
         self.hang_s = hang_s
+        self.concurrent_tokens = concurrent_tokens
         self.lock = threading.Lock()
         self.generations = 0  # generation requests received
         self.requests: list[str] = []  # "METHOD path" of every request, in order
@@ -98,8 +101,9 @@ class FaultServer:
         return self.fault is not None and self.generations > self.fault_after
 
     def generate(self, max_tokens: int) -> None:
-        """Steps of ``accepted + 1`` tokens (the accepted drafts and the target's own) until max_tokens."""
-        produced = 0
+        """As vLLM v1 counts: the first token from the prefill without a draft, then steps of ``accepted + 1``
+        tokens (the accepted drafts and the target's own) until max_tokens, the last step's extra ones cut."""
+        produced = 1
         while produced < max_tokens:
             self.drafts += 1
             self.draft_tokens += self.proposal
@@ -207,6 +211,8 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             n = int(body.get("max_tokens") or 16)
             with state.lock:
                 state.generate(n)
+                if fault == "concurrent":
+                    state.generate(state.concurrent_tokens)
             ids = list(range(100, 100 + n))
             usage = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n}
             if self.path == "/v1/chat/completions":

@@ -32,12 +32,18 @@ PROMPTS = Path(__file__).resolve().parent.parent / "fixtures" / "prompts" / "acc
 
 
 class FakeVLLM:
-    """Scripted vLLM: each request adds ``step`` to the counters; ``restart_after`` resets them."""
+    """Scripted vLLM: each request adds ``step`` to the counters; ``restart_after`` resets them.
+
+    The default step (4 drafts, 9 accepted tokens at proposal length 3) is what a request of
+    at least 11 tokens can move the counters by (:class:`qualify.specdecode.RequestBound`), so
+    the acceptance requests here ask for 16.
+    """
 
     def __init__(self, *, speculating: bool = True, step: tuple[int, int, int, list[int]] = (4, 12, 9, [4, 3, 2]),
                  restart_after: int | None = None, max_tokens_returned: int | None = None,
-                 finish_reason: str = "length") -> None:
+                 finish_reason: str = "length", usage: bool = True) -> None:
         self.speculating = speculating
+        self.usage = usage
         self.step = step
         self.restart_after = restart_after
         self.max_tokens_returned = max_tokens_returned
@@ -91,8 +97,10 @@ def fake() -> Iterator[tuple[FakeVLLM, str]]:
             else:
                 choice = {"index": 0, "finish_reason": state.finish_reason, "token_ids": ids, "text": "x" * n}
                 obj = "text_completion"
-            self._send(200, json.dumps({"id": "r", "object": obj, "created": 0, "model": MODEL,
-                                        "choices": [choice], "usage": usage}))
+            answer = {"id": "r", "object": obj, "created": 0, "model": MODEL, "choices": [choice]}
+            if state.usage:
+                answer["usage"] = usage
+            self._send(200, json.dumps(answer))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -193,10 +201,10 @@ def test_acceptance_measured_per_request(fake: tuple[FakeVLLM, str]) -> None:
     _, url = fake
     ps = prompts()
     run = serving.measure_acceptance(serving.make_client(url, timeout_s=10), url, MODEL, ps.prompts[:6],
-                                     categories=("chat", "code"), max_tokens=8, temperature=0.0, timeout_s=10)
+                                     categories=("chat", "code"), max_tokens=16, temperature=0.0, timeout_s=10)
     assert not run.measurement.failures
     assert [s.delta for s in run.measurement.samples] == [sd.CounterDelta(4, 12, 9, (4, 3, 2))] * 6
-    assert run.completions["chat-01"].token_ids == tuple(range(10, 18))
+    assert run.completions["chat-01"].token_ids == tuple(range(10, 26))
 
 
 def test_a_restart_during_measurement_is_a_failure_not_a_zero(fake: tuple[FakeVLLM, str]) -> None:
@@ -204,18 +212,39 @@ def test_a_restart_during_measurement_is_a_failure_not_a_zero(fake: tuple[FakeVL
     state.restart_after = 2
     ps = prompts()
     run = serving.measure_acceptance(serving.make_client(url, timeout_s=10), url, MODEL, ps.prompts[:4],
-                                     categories=("chat",), max_tokens=8, temperature=0.0, timeout_s=10)
+                                     categories=("chat",), max_tokens=16, temperature=0.0, timeout_s=10)
     assert len(run.measurement.samples) == 3  # the request across the restart is not a sample
     assert any("went backwards" in f for f in run.measurement.failures)
     ev, _ = sd.acceptance_evidence(run.measurement, sd.AcceptanceThresholds(0.1, 1.0), sd.Bootstrap(resamples=50))
     assert not ev.ok
 
 
+def test_counters_moved_more_than_the_answer_explains_fail_each_prompt(fake: tuple[FakeVLLM, str]) -> None:
+    _, url = fake  # 4 drafts and 9 accepted tokens at proposal length 3: more than an 8-token answer's 7 + 3
+    ps = prompts()
+    run = serving.measure_acceptance(serving.make_client(url, timeout_s=10), url, MODEL, ps.prompts[:3],
+                                     categories=("chat",), max_tokens=8, temperature=0.0, timeout_s=10)
+    assert run.measurement.samples == []
+    assert [f.split(": ", 1)[0] for f in run.measurement.failures] == [f"prompt {p.id}" for p in ps.prompts[:3]]
+    words = "more than an answer of 8 tokens can explain at proposal length 3 (drafts + accepted tokens 13, at most 10"
+    assert all(words in f and "another client is using the server" in f for f in run.measurement.failures)
+
+
+def test_without_a_token_count_the_bound_is_not_applied(fake: tuple[FakeVLLM, str]) -> None:
+    state, url = fake
+    state.usage = False  # no usage: the smoke level's finding; here, no bound and no crash
+    ps = prompts()
+    run = serving.measure_acceptance(serving.make_client(url, timeout_s=10), url, MODEL, ps.prompts[:2],
+                                     categories=("chat",), max_tokens=8, temperature=0.0, timeout_s=10)
+    assert not run.measurement.failures
+    assert [(s.completion_tokens, s.delta.drafts) for s in run.measurement.samples] == [(None, 4), (None, 4)]
+
+
 def test_acceptance_on_a_server_without_counters_fails_once(fake: tuple[FakeVLLM, str]) -> None:
     state, url = fake
     state.speculating = False
     run = serving.measure_acceptance(serving.make_client(url, timeout_s=10), url, MODEL, prompts().prompts,
-                                     categories=("chat",), max_tokens=8, temperature=0.0, timeout_s=10)
+                                     categories=("chat",), max_tokens=16, temperature=0.0, timeout_s=10)
     assert run.measurement.samples == [] and len(run.measurement.failures) == 1
 
 

@@ -3,7 +3,8 @@
 Each scenario runs the real CLI in its own process against a :mod:`tests.fault_server`
 on 127.0.0.1 that answers like vLLM until it is told to fail: an HTTP 500, a body that is
 not JSON, a request that never returns, the server dying, the counters resetting, the
-counters missing -- during smoke and during the acceptance measurement. Each must end
+counters missing, another client's traffic moving the counters during a request -- during
+smoke and during the acceptance measurement. Each must end
 with a report that names what happened, the verdict "not qualified", exit code 1 (the
 server failed, not the harness), no traceback, and in bounded time: a request that never
 returns times out, and a measurement against a server that stopped answering stops.
@@ -72,6 +73,13 @@ SCENARIOS = [
              ("counters went backwards", "restarted")),
     Scenario("acceptance-no-counters", "acceptance", "no_counters", MID_RUN, "acceptance.draft_acceptance",
              ("/metrics has no vllm:spec_decode_num_drafts_total", "not speculating")),
+    # Another client's 24-token request during each request after MID_RUN: the counters move by 10 drafts
+    # and 50 accepted tokens where an answer of 32 tokens explains at most 31 drafts and 38 drafts + accepted.
+    Scenario("acceptance-concurrent", "acceptance", "concurrent", MID_RUN, "acceptance.draft_acceptance",
+             ("the counters moved by 10 drafts and 50 accepted tokens, more than an answer of 32 tokens can explain at "
+              "proposal length 7 (drafts + accepted tokens 60, at most 38",
+              "another client is using the server during the measurement; qualify against a server of its own",
+              f"{MID_RUN} prompt(s) measured")),
     # A signal while a request hangs (timeouts far beyond the test): the run ends at once.
     Scenario("sigint-while-hanging", "acceptance", "hang", 2, signal=signal.SIGINT, timeouts=(300, 300)),
     Scenario("sigterm-while-hanging", "acceptance", "hang", 2, signal=signal.SIGTERM, timeouts=(300, 300)),
@@ -332,6 +340,26 @@ def test_http500_and_malformed_do_not_stop_the_measurement() -> None:
     assert len(run.measurement.samples) == 3
     assert [f.split(":")[0] for f in run.measurement.failures] == [f"prompt {p.id}" for p in prompts[3:]]
     assert all("HTTP 500" in f for f in run.measurement.failures)
+
+
+def test_traffic_of_another_client_during_a_request_fails_that_prompt() -> None:
+    """Counters that moved by more than the answer explains hold another client's tokens: a failure, not a sample."""
+    prompts = prompt_set().prompts[:4]
+    with fault_server(fault="concurrent", fault_after=2, concurrent_tokens=9) as server:
+        run = serving.measure_acceptance(serving.make_client(server.endpoint), server.endpoint, MODEL, prompts,
+                                         categories=["chat"], max_tokens=32, temperature=0.0, timeout_s=2)
+    assert [s.prompt_id for s in run.measurement.samples] == [p.id for p in prompts[:2]]
+    assert all(s.delta.drafts + s.delta.accepted_tokens == 36 for s in run.measurement.samples)  # 2 below 38
+    # 9 more tokens (2 drafts, 10 accepted) are 12 more than the answer's 36: over 38 by 10.
+    assert run.measurement.failures == [
+        f"prompt {p.id}: the counters moved by 8 drafts and 40 accepted tokens, more than an answer of 32 tokens "
+        "can explain at proposal length 7 (drafts + accepted tokens 48, at most 38 (the answer's tokens after the "
+        "first, plus up to 7 accepted tokens cut at its end)): another client is using the server during the "
+        "measurement; qualify against a server of its own" for p in prompts[2:]
+    ]
+    ev, _ = sd.acceptance_evidence(run.measurement, sd.AcceptanceThresholds(0.5, 2.0, min_requests=4),
+                                   sd.Bootstrap(resamples=50))
+    assert not ev.ok and "another client is using the server" in ev.failure_text()
 
 
 def test_throughput_records_an_http500_as_a_failed_request() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from qualify import specdecode as sd
 from qualify.errors import HarnessError
 from qualify.ports import free_port
 from qualify.profile import load_profile
@@ -289,3 +290,30 @@ def test_unrelated_draft_is_accepted_far_less_than_the_good_one(bad_runs: dict[s
     assert check(bad_runs["unrelated"], "acceptance.draft_acceptance").status is Status.FAILED
     assert unrelated["high"] < good["low"]
     assert unrelated["estimate"] < 0.25 * good["estimate"]
+
+
+def test_no_request_on_a_server_of_its_own_looks_like_another_clients(pool: Pool, good_run: Run,
+                                                                       bad_runs: dict[str, Run]) -> None:
+    """No false alarm from qualify.specdecode.RequestBound: every prompt of every draft is a sample, within its bound.
+
+    The drafts bound is exact for a draft nothing of which is accepted (the unrelated one sits on it), and
+    drafts + accepted tokens is the answer's tokens after the first plus those cut at its end; the margins
+    are recorded in the summary.
+    """
+    margins = {}
+    for name, run in {"good": good_run, **bad_runs}.items():
+        c = check(run, "acceptance.draft_acceptance")
+        assert "another client" not in c.evidence.failure_text(), (name, c.evidence.failure_text())
+        m = c.evidence.measured
+        k = len(m["position_acceptance_rates"])
+        rows = m["per_request"]
+        assert len(rows) == 20 and k == 7, name
+        drafts_margin, sum_margin = [], []
+        for r in rows:
+            bound = sd.RequestBound(r["completion_tokens"], k)
+            assert bound.excess(sd.CounterDelta(r["drafts"], r["draft_tokens"], r["accepted_tokens"],
+                                                tuple(r["accepted_per_pos"]))) is None, (name, r)
+            drafts_margin.append(bound.max_drafts - r["drafts"])
+            sum_margin.append(bound.max_drafts_and_accepted - r["drafts"] - r["accepted_tokens"])
+        margins[name] = {"drafts": min(drafts_margin), "drafts_and_accepted": min(sum_margin)}
+    pool.figures["request_bound_margins"] = margins

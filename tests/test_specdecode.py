@@ -176,6 +176,128 @@ def test_inconsistent_deltas_are_an_error(after: CounterSnapshot, words: str) ->
         sd.counter_delta(snap(10, 30, 18, [8, 6, 4]), after)
 
 
+# -- what one request can move the counters by ------------------------------------------------
+
+
+def moved(drafts: int, accepted: int, k: int = 7) -> CounterDelta:
+    """A delta with these drafts and accepted tokens (per position: filled from position 0, as vLLM fills them)."""
+    per_pos = [min(drafts, max(accepted - i * drafts, 0)) for i in range(k)]
+    return CounterDelta(drafts, drafts * k, accepted, tuple(per_pos))
+
+
+def test_request_bound_values() -> None:
+    b = sd.RequestBound(completion_tokens=32, proposal_length=7)
+    assert (b.max_drafts, b.max_drafts_and_accepted) == (31, 38)
+    assert (sd.RequestBound(1, 7).max_drafts, sd.RequestBound(1, 7).max_drafts_and_accepted) == (0, 7)
+    assert (sd.RequestBound(0, 7).max_drafts, sd.RequestBound(0, 7).max_drafts_and_accepted) == (0, 7)
+
+
+@pytest.mark.parametrize(
+    ("drafts", "accepted", "over"),
+    [
+        (31, 0, None),  # a draft nothing of which was accepted: one draft per token after the first
+        (32, 0, "32 drafts, at most 31 (one per answer token after the first)"),
+        (5, 33, None),  # the last step accepted 7 tokens and all 7 were cut
+        (5, 34, "drafts + accepted tokens 39, at most 38"),
+        (24, 14, None),  # at both bounds' edge: 24 + 14 = 38
+        (24, 15, "drafts + accepted tokens 39, at most 38"),
+        (0, 0, None),
+    ],
+)
+def test_one_over_a_bound_is_another_clients_traffic(drafts: int, accepted: int, over: str | None) -> None:
+    finding = sd.RequestBound(32, 7).excess(moved(drafts, accepted))
+    if over is None:
+        assert finding is None
+    else:
+        assert finding is not None and over in finding
+        assert finding.startswith(f"the counters moved by {drafts} drafts and {accepted} accepted tokens, more than "
+                                  "an answer of 32 tokens can explain at proposal length 7 (")
+        assert finding.endswith("another client is using the server during the measurement; qualify against a "
+                                "server of its own")
+
+
+def test_both_bounds_broken_are_both_named() -> None:
+    finding = sd.RequestBound(32, 7).excess(moved(40, 10))
+    assert finding is not None
+    assert ("(40 drafts, at most 31 (one per answer token after the first); drafts + accepted tokens 50, at most 38 "
+            "(the answer's tokens after the first, plus up to 7 accepted tokens cut at its end))") in finding
+
+
+def test_the_briefs_example_is_caught() -> None:
+    finding = sd.unexplained_by_request(moved(9, 40), 32, 7)
+    assert finding is not None and "9 drafts and 40 accepted tokens" in finding and "49, at most 38" in finding
+
+
+def test_a_one_token_answer_explains_no_draft() -> None:
+    assert sd.RequestBound(1, 7).excess(moved(0, 0)) is None
+    assert "1 drafts, at most 0" in (sd.RequestBound(1, 7).excess(moved(1, 0)) or "")
+    assert "1 drafts, at most 0" in (sd.RequestBound(0, 7).excess(moved(1, 0)) or "")
+
+
+@pytest.mark.parametrize("tokens", [None, "32", 32.0, True, -1])
+def test_no_whole_token_count_no_bound(tokens: object) -> None:
+    """Without usage.completion_tokens (or with garbage there) there is nothing to bound by: no finding, no crash."""
+    assert sd.unexplained_by_request(moved(200, 900), tokens, 7) is None
+
+
+def test_a_whole_token_count_is_bounded() -> None:
+    assert sd.unexplained_by_request(moved(31, 0), 32, 7) is None
+    assert sd.unexplained_by_request(moved(32, 0), 32, 7) is not None
+    assert sd.unexplained_by_request(moved(1, 0), 0, 7) is not None
+
+
+def vllm_request(tokens: int, k: int, accepted: list[int]) -> tuple[CounterDelta, int]:
+    """vLLM v1's counting of one request (Scheduler.update_from_output): the delta, and the accepted tokens cut.
+
+    The prefill yields the first token with no draft; each later step is counted as one draft with its
+    accepted tokens *before* the stop check keeps only what max_tokens allows.
+    """
+    produced, drafts, acc, per_pos, i = 1, 0, 0, [0] * k, 0
+    while produced < tokens:
+        a = accepted[i % len(accepted)]
+        i += 1
+        drafts += 1
+        acc += a
+        for p in range(a):
+            per_pos[p] += 1
+        produced += a + 1
+    return CounterDelta(drafts, drafts * k, acc, tuple(per_pos)), produced - max(tokens, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 8), st.lists(st.integers(0, 8), min_size=1, max_size=20))
+def test_a_lone_request_never_breaks_its_bound(tokens: int, k: int, accepted: list[int]) -> None:
+    accepted = [min(a, k) for a in accepted]
+    d, cut = vllm_request(tokens, k, accepted)
+    assert sd.RequestBound(tokens, k).excess(d) is None
+    # drafts + accepted is the answer's tokens after the first plus what was cut: the bound's slack is k - cut.
+    assert d.drafts + d.accepted_tokens == tokens - 1 + cut
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 8), st.lists(st.integers(0, 8), min_size=1, max_size=20),
+       st.integers(0, 80), st.lists(st.integers(0, 8), min_size=1, max_size=20))
+def test_another_request_of_k_plus_2_tokens_is_always_caught(
+    tokens: int, k: int, accepted: list[int], extra: int, other_accepted: list[int]
+) -> None:
+    mine, _ = vllm_request(tokens, k, [min(a, k) for a in accepted])
+    theirs, _ = vllm_request(k + 2 + extra, k, [min(a, k) for a in other_accepted])
+    assert sd.RequestBound(tokens, k).excess(sd.add([mine, theirs])) is not None
+
+
+def test_the_bound_at_its_edge_in_vllms_counting() -> None:
+    # 32 tokens at k = 7, every step fully accepted: 1 + 8 + 8 + 8 = 25, then a step of 8 of which 7 are kept.
+    d, cut = vllm_request(32, 7, [7])
+    assert (d.drafts, d.accepted_tokens, cut) == (4, 28, 1)
+    # 31 tokens before a fully accepted last step: all 7 of its accepted tokens cut, drafts + accepted at the bound.
+    d, cut = vllm_request(32, 7, [7, 7, 7, 5, 7])
+    assert (d.drafts + d.accepted_tokens, cut) == (38, 7)
+    assert sd.RequestBound(32, 7).excess(d) is None
+    # Nothing accepted: one draft per token after the first, at the drafts bound.
+    d, _ = vllm_request(32, 7, [0])
+    assert d.drafts == 31 and sd.RequestBound(32, 7).excess(d) is None
+
+
 # -- figures and intervals -----------------------------------------------------------------
 
 
