@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     peers: dict[str, str] = {}
 
     def qualify_threads() -> None:
-        ours.update(sha256_files(paths, progress=False))
+        ours.update(sha256_files(paths, progress=False, reuse=False))
 
     def tool(argv: list[str], parallel: bool) -> None:
         if parallel:

@@ -97,8 +97,13 @@ def sha256_files(
     progress: bool | None = None,
     labels: Sequence[str] | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    reuse: bool = True,
 ) -> dict[Path, str]:
     """Hex SHA-256 of each file, hashed on ``workers`` threads (default: one per CPU).
+
+    ``reuse`` takes a digest this process already made of an unchanged file
+    (:class:`DigestMemo`) instead of reading it again; ``reuse=False`` always reads
+    (benchmarks), and does not remember what it hashed either.
 
     ``labels`` name the files in errors and on the progress bar (e.g. paths relative to
     the checkpoint). ``progress=None`` shows a bar when stderr is a terminal; when it is
@@ -139,7 +144,7 @@ def sha256_files(
             raise CheckpointError("cannot read: not a regular file", file=label)
         stats[p] = st
 
-    known = {p: d for p in jobs if (d := _MEMO.get(p, stats[p])) is not None}
+    known = {p: d for p in jobs if reuse and (d := _MEMO.get(p, stats[p])) is not None}
     todo = {p: label for p, label in jobs.items() if p not in known}
     started = time.time()
     if todo:
@@ -149,7 +154,7 @@ def sha256_files(
                 (lambda _p: bar.advance) if bar.active else (lambda _p: None)
             )
             known.update(_run(todo, min(workers, len(todo)), chunk_size, advancer))
-        for p in todo:
+        for p in todo if reuse else ():
             _MEMO.put(p, stats[p], known[p], started)
     return {p: known[p] for p in jobs}
 

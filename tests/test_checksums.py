@@ -187,3 +187,11 @@ def test_a_file_written_just_before_its_hash_is_not_remembered(files: list[Path]
     monkeypatch.setattr(checksums, "_MEMO", checksums.DigestMemo(settle_s=3600.0))
     sha256_files(files[:2])
     assert all(checksums._MEMO.get(p, p.stat()) is None for p in files[:2])
+
+
+def test_reuse_false_always_reads_and_remembers_nothing(files: list[Path], memo: list[Path]) -> None:
+    sha256_files(files[:2], reuse=False)
+    sha256_files(files[:2], reuse=False)
+    assert len(memo) == 4  # read every time (what a benchmark must measure)
+    sha256_files(files[:2])
+    assert len(memo) == 6  # nothing was remembered by the reuse=False runs
