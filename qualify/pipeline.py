@@ -114,17 +114,17 @@ def resolve_source(opts: RunOptions) -> Resolved:
     return _fetch(repo, revision, "source", opts.hf_cache)
 
 
-def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved, image_digest: str | None) -> list[str]:
+def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
     # --name=VALUE, never two arguments: see runner.run_suites.
     out = [f"--runtime-log-dir={run_dir}"]
-    for flag, value in (("--draft-revision", draft.revision), ("--image-digest", image_digest),
+    for flag, value in (("--draft-revision", draft.revision), ("--image-digest", opts.image_digest),
                         ("--hf-cache", opts.hf_cache), ("--endpoint", opts.endpoint),
                         ("--reference-endpoint", opts.reference_endpoint), ("--junitxml", opts.junit_xml)):
         if value:
             out.append(f"{flag}={value}")
     if opts.allow_unpinned:
         out.append("--allow-unpinned")
-    if image_digest is None and "load" in opts.levels and opts.profile.image_build \
+    if opts.image_digest is None and "load" in opts.levels and opts.profile.image_build \
             and not opts.profile.data["runtime"]["image_digest"]:
         # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.
         out.append("--build-image")
@@ -169,7 +169,7 @@ def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
 
     try:
         code = run_suites(run, profile=profile, checkpoint=draft.path, source=source.path, report_dir=run_dir,
-                          extra_args=_suite_args(opts, run_dir, draft, opts.image_digest), local_serving=local,
+                          extra_args=_suite_args(opts, run_dir, draft), local_serving=local,
                           before_finish=before_finish)
     finally:
         if local is not None:
