@@ -63,7 +63,7 @@ lint: $(STAMP)
 reliability: $(STAMP)
 	$(PY) -m fixtures.run_corpus $$(mktemp -d) --summary
 
-# Mutation testing of the verdict logic ([tool.mutmut] in pyproject.toml; about 30 minutes on 2 cores):
+# Mutation testing of the verdict logic ([tool.mutmut] in pyproject.toml; 9 to 30 minutes on 2 cores):
 # the progress log goes to a temporary file, then per-module killed/survived counts are printed.
 # One torch thread: mutmut forks a worker per mutant, and torch's thread pool does not survive a fork.
 mutation: $(STAMP)
