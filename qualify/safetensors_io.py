@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import mmap
 import os
 import stat
@@ -34,6 +33,7 @@ from typing import Any, Self
 import torch
 
 from .errors import CheckpointError, HarnessError, SafetensorsError, UsageError
+from .jsonio import JsonProblem, json_path, load_json_file, parse_strict, type_name
 
 MAX_HEADER_SIZE = 100_000_000
 """The reference reader's limit; a larger declared header is refused before any read."""
@@ -114,135 +114,6 @@ class TensorInfo:
         return n
 
 
-# --------------------------------------------------------------------------- JSON
-
-
-class _JsonProblem(Exception):
-    """A JSON document breaks a rule; ``path`` locates it (keys and list indices)."""
-
-    def __init__(self, message: str, path: tuple[str | int, ...] = (), duplicate: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-        self.duplicate = duplicate
-
-
-class _DupDict(dict[str, Any]):
-    """A JSON object that had a repeated key; ``duplicate`` is the first one repeated."""
-
-    duplicate: str
-
-
-def _is_utf8_encodable(s: str) -> bool:
-    # JSON escapes can produce lone surrogates ("\ud800"), which no UTF-8 consumer can
-    # represent: serde_json rejects them, and printing such a name would crash the log.
-    if s.isascii():
-        return True
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _pairs_hook(saw_duplicate: list[bool]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    # Python's json keeps the last of repeated keys without a word; a loader in another
-    # language may keep the first. The hook cannot know where in the document it is, so
-    # it marks the object and the caller finds the path afterwards.
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        for key, value in pairs:
-            if not _is_utf8_encodable(key) or (isinstance(value, str) and not _is_utf8_encodable(value)):
-                raise _JsonProblem(
-                    "a string holds a lone UTF-16 surrogate escape, which is not valid Unicode"
-                )
-        obj = dict(pairs)
-        if len(obj) == len(pairs):
-            return obj
-        seen: set[str] = set()
-        marked = _DupDict(obj)
-        for key, _ in pairs:
-            if key in seen:
-                marked.duplicate = key
-                break
-            seen.add(key)
-        saw_duplicate[0] = True
-        return marked
-
-    return hook
-
-
-def _reject_constant(name: str) -> Any:
-    # NaN and Infinity are not JSON; serde_json refuses them, Python's json accepts them.
-    raise _JsonProblem(f"'{name}' is not a JSON value")
-
-
-def _find_duplicate(obj: Any) -> tuple[tuple[str | int, ...], str] | None:
-    """The path to the first object, in document order, that repeated a key."""
-    # Iterative so that a deeply nested (but parseable) document cannot overflow the stack.
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), obj)]
-    while stack:
-        path, node = stack.pop()
-        if isinstance(node, _DupDict):
-            return path, node.duplicate
-        if isinstance(node, dict):
-            children: list[tuple[str | int, Any]] = list(node.items())
-        elif isinstance(node, list):
-            children = list(enumerate(node))
-        else:
-            continue
-        stack.extend((((*path, k), v) for k, v in reversed(children)))
-    return None
-
-
-def _parse_json(text: str, byte_base: int) -> Any:
-    """Parse strictly. ``byte_base`` is the file offset of ``text``, for error positions."""
-    saw_duplicate = [False]
-    decoder = json.JSONDecoder(object_pairs_hook=_pairs_hook(saw_duplicate), parse_constant=_reject_constant)
-    try:
-        obj = decoder.decode(text)
-    except json.JSONDecodeError as exc:
-        at = byte_base + len(text[: exc.pos].encode("utf-8", "surrogatepass"))
-        raise _JsonProblem(
-            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (byte {at} of the file)"
-        ) from None
-    except RecursionError:
-        raise _JsonProblem("not valid JSON here: nested too deeply to parse") from None
-    except _JsonProblem:
-        raise
-    except ValueError as exc:
-        # Python refuses to convert integers of more than 4300 digits; no real size is that long.
-        raise _JsonProblem(f"not valid JSON here: {exc}") from None
-    if saw_duplicate[0]:
-        found = _find_duplicate(obj)
-        if found is not None:
-            path, key = found
-            raise _JsonProblem(f"duplicate key '{key}'", path, duplicate=key)
-    return obj
-
-
-def _json_path(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
-    return out
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number with a fraction or exponent"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
-
-
 def _is_uint(value: Any) -> bool:
     # bool is a subclass of int in Python; JSON true must not pass as the integer 1.
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -295,8 +166,8 @@ def parse_header(
     except UnicodeDecodeError as exc:
         raise fail(f"header is not valid UTF-8 at byte {8 + exc.start} of the file: {exc.reason}") from None
     try:
-        obj = _parse_json(text, byte_base=8)
-    except _JsonProblem as exc:
+        obj = parse_strict(text, byte_base=8)
+    except JsonProblem as exc:
         raise _header_json_error(exc, display) from None
     # The first byte is '{' and the whole text parsed, so obj is an object.
     assert isinstance(obj, dict)
@@ -314,7 +185,7 @@ def parse_header(
     return metadata, {t.name: t for t in ordered}, n
 
 
-def _header_json_error(exc: _JsonProblem, display: str) -> SafetensorsError:
+def _header_json_error(exc: JsonProblem, display: str) -> SafetensorsError:
     path = exc.path
     if not path:
         key = exc.duplicate
@@ -325,7 +196,7 @@ def _header_json_error(exc: _JsonProblem, display: str) -> SafetensorsError:
             return SafetensorsError("tensor name appears twice in the header", file=display, tensor=key)
         return SafetensorsError(f"header is {exc.message}", file=display)
     head = str(path[0])
-    rest = _json_path(path[1:])
+    rest = json_path(path[1:])
     where = f" at {rest}" if rest else ""
     if head == "__metadata__":
         return SafetensorsError(f"__metadata__{where}: {exc.message}", file=display)
@@ -334,16 +205,16 @@ def _header_json_error(exc: _JsonProblem, display: str) -> SafetensorsError:
 
 def _check_metadata(entry: Any, fail: Callable[..., SafetensorsError]) -> dict[str, str]:
     if not isinstance(entry, dict):
-        raise fail(f"__metadata__ must be an object of string values, got {_type_name(entry)}")
+        raise fail(f"__metadata__ must be an object of string values, got {type_name(entry)}")
     for key, value in entry.items():
         if not isinstance(value, str):
-            raise fail(f"__metadata__ value for '{key}' must be a string, got {_type_name(value)}")
+            raise fail(f"__metadata__ value for '{key}' must be a string, got {type_name(value)}")
     return dict(entry)
 
 
 def _check_entry(name: str, entry: Any, fail: Callable[..., SafetensorsError]) -> TensorInfo:
     if not isinstance(entry, dict):
-        raise fail(f"header entry must be an object, got {_type_name(entry)}", name)
+        raise fail(f"header entry must be an object, got {type_name(entry)}", name)
     for key in entry:
         if key not in _ENTRY_FIELDS:
             raise fail(f"unknown field '{key}' in header entry (allowed: dtype, shape, data_offsets)", name)
@@ -353,22 +224,22 @@ def _check_entry(name: str, entry: Any, fail: Callable[..., SafetensorsError]) -
 
     dtype_name = entry["dtype"]
     if not isinstance(dtype_name, str):
-        raise fail(f"dtype must be a string, got {_type_name(dtype_name)}", name)
+        raise fail(f"dtype must be a string, got {type_name(dtype_name)}", name)
     dtype = DTYPES.get(dtype_name)
     if dtype is None:
         raise fail(f"unknown dtype '{dtype_name}'", name)
 
     shape = entry["shape"]
     if not isinstance(shape, list):
-        raise fail(f"shape must be a list of non-negative integers, got {_type_name(shape)}", name)
+        raise fail(f"shape must be a list of non-negative integers, got {type_name(shape)}", name)
     for i, dim in enumerate(shape):
         if not _is_uint(dim):
-            shown = dim if isinstance(dim, int | float) and not isinstance(dim, bool) else _type_name(dim)
+            shown = dim if isinstance(dim, int | float) and not isinstance(dim, bool) else type_name(dim)
             raise fail(f"shape[{i}] is {shown}; dimensions must be non-negative integers", name)
 
     offsets = entry["data_offsets"]
     if not isinstance(offsets, list) or len(offsets) != 2:
-        got = f"a list of {len(offsets)}" if isinstance(offsets, list) else _type_name(offsets)
+        got = f"a list of {len(offsets)}" if isinstance(offsets, list) else type_name(offsets)
         raise fail(f"data_offsets must be a list [start, end] of two integers, got {got}", name)
     start, end = offsets
     if not (_is_uint(start) and _is_uint(end)):
@@ -637,7 +508,7 @@ def _read_exact(fh: Any, n: int) -> bytes:
 def _check_relpath(rel: Any, *, what: str) -> str | None:
     """Why ``rel`` is not a safe path inside the checkpoint, or None if it is."""
     if not isinstance(rel, str):
-        return f"{what} must be a string, got {_type_name(rel)}"
+        return f"{what} must be a string, got {type_name(rel)}"
     if not rel:
         return f"{what} is empty"
     if "\\" in rel:
@@ -650,28 +521,6 @@ def _check_relpath(rel: Any, *, what: str) -> str | None:
     if p.as_posix() != rel:
         return f"{what} '{rel}' is not a normalized relative path (write '{p.as_posix()}')"
     return None
-
-
-def _load_json_file(path: Path, display: str, error: type[CheckpointError]) -> dict[str, Any]:
-    try:
-        # A FIFO would block read_bytes() forever; only regular files are read.
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise error("not a regular file", file=display)
-        data = path.read_bytes()
-    except OSError as exc:
-        raise error(f"cannot read: {exc.strerror or exc}", file=display) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(f"not valid UTF-8 at byte {exc.start}: {exc.reason}", file=display) from None
-    try:
-        obj = _parse_json(text, byte_base=0)
-    except _JsonProblem as exc:
-        where = f" at {_json_path(exc.path)}" if exc.path else ""
-        raise error(f"{exc.message}{where}", file=display) from None
-    if not isinstance(obj, dict):
-        raise error(f"top level must be a JSON object, got {_type_name(obj)}", file=display)
-    return obj
 
 
 class Checkpoint:
@@ -718,7 +567,8 @@ class Checkpoint:
         files: dict[str, SafetensorsFile] = {}
         try:
             if (root / INDEX_NAME).exists() or (root / INDEX_NAME).is_symlink():
-                index = _load_json_file(root / INDEX_NAME, INDEX_NAME, SafetensorsError)
+                index = load_json_file(root / INDEX_NAME, display=INDEX_NAME, error=SafetensorsError,
+                                       require_object=True)
                 weight_map = _check_index(index)
                 shards = sorted(set(weight_map.values()))
                 if SINGLE_NAME in found and SINGLE_NAME not in shards:
@@ -804,7 +654,7 @@ class Checkpoint:
             return None
         if not path.is_file():
             raise CheckpointError("not a regular file", file=relpath)
-        return _load_json_file(path, relpath, CheckpointError)
+        return load_json_file(path, display=relpath, error=CheckpointError, require_object=True)
 
     def close(self) -> None:
         for f in self.files.values():
@@ -825,7 +675,7 @@ class Checkpoint:
 def _check_index(index: dict[str, Any]) -> dict[str, str]:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict):
-        got = "no weight_map" if weight_map is None else f"weight_map is {_type_name(weight_map)}"
+        got = "no weight_map" if weight_map is None else f"weight_map is {type_name(weight_map)}"
         raise SafetensorsError(f"{got}; it must be an object mapping tensor names to files", file=INDEX_NAME)
     if not weight_map:
         raise SafetensorsError("weight_map is empty", file=INDEX_NAME)

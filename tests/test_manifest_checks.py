@@ -159,6 +159,15 @@ def test_duplicate_keys_and_missing_manifest(fixture_copy):
     path.write_text(text.replace('"format_version": 1,', '"format_version": 1, "format_version": 1,', 1))
     with pytest.raises(ManifestError, match="duplicate key 'format_version'"):
         m.load_manifest(ckpt)
+    # A repeated key deep inside is located by its JSON path, and a cut-off file by line, column and byte.
+    compact = json.dumps(json.loads(text))
+    assert compact.count('"source": {') == 1
+    path.write_text(compact.replace('"source": {', '"source": {"repo": "a/c", ', 1))
+    with pytest.raises(ManifestError, match=r"duplicate key 'repo' at source$"):
+        m.load_manifest(ckpt)
+    path.write_text(text[:40])
+    with pytest.raises(ManifestError, match=r"not valid JSON: .* at line \d+ column \d+ \(byte \d+ of the file\)"):
+        m.load_manifest(ckpt)
     path.unlink()
     with pytest.raises(ManifestError, match=r"conversion_manifest\.json: file is missing"):
         m.load_manifest(ckpt)
