@@ -85,7 +85,7 @@ class ThroughputSpec:
     min_output_tokens_per_s: float | None
     max_mean_ttft_s: float | None
     max_mean_itl_s: float | None
-    request_timeout_s: float = 120.0
+    request_timeout_s: float
 
 
 @dataclass(frozen=True)

@@ -129,14 +129,12 @@ def claim_run_dir(reports_root: Path, run: Run, attempts: int = 4) -> Path:
     Two runs started in the same second share an id once in 16.7 million; that is no
     reason to fail a run, but a reason never to share a folder.
     """
-    for attempt in range(attempts):
+    for _ in range(attempts - 1):
         try:
             return make_run_dir(reports_root, run.run_id)
         except RunFolderExists:
-            if attempt == attempts - 1:
-                raise
             run.run_id = new_run_id(run.profile["name"])
-    raise AssertionError("unreachable")  # pragma: no cover
+    return make_run_dir(reports_root, run.run_id)  # the last attempt's clash is raised
 
 
 def finish_run(run: Run, report_dir: Path | None) -> None:
