@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualify.suite_plugin import add_options, find_plugin, record  # noqa: F401  (record is a fixture)
+from qualify.run.suite_plugin import add_options, find_plugin, record  # noqa: F401  (record is a fixture)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -21,9 +21,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if checkpoint is None or find_plugin(config) is not None:
         return
     from qualify.profile import load_profile
-    from qualify.report import parse_levels
-    from qualify.runner import claim_run_dir, finish_run, new_run
-    from qualify.suite_plugin import QualifyPlugin
+    from qualify.report.model import parse_levels
+    from qualify.run.runner import claim_run_dir, finish_run, new_run
+    from qualify.run.suite_plugin import QualifyPlugin
 
     profile = load_profile(config.getoption("--profile") or "fixture")
     levels = parse_levels(config.getoption("--levels"), profile.required_levels)

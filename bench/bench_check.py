@@ -58,9 +58,9 @@ def qualify_check(tree: Path, checkpoint: Path, source: Path, profile: str, repo
 
 def outside_checks(root: Path) -> dict[str, float]:
     """What the wall time spends outside the checks: importing the harness, and the report's identity hashing."""
-    argv = [sys.executable, "-c", "import qualify.runner, qualify.suite_plugin, pytest, torch"]
+    argv = [sys.executable, "-c", "import qualify.run.runner, qualify.run.suite_plugin, pytest, torch"]
     startup = min(run_measured(argv).wall_s for _ in range(3))
-    from qualify.runner import describe_dir
+    from qualify.run.runner import describe_dir
 
     # A fresh process's first describe_dir hashes; the run's own reuses its checks' digests.
     start = time.perf_counter()

@@ -38,10 +38,10 @@ import benchlib
 import torch
 from benchlib import gb, interleaved, ratio_table
 
-from qualify import mxfp8
-from qualify import reproduce as r
-from qualify.manifest import load_manifest
-from qualify.safetensors_io import Checkpoint
+from qualify.checkpoint.manifest import load_manifest
+from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.checks import reproduction as r
+from qualify.mxfp8 import codec as mxfp8
 
 
 def plain_read_floor(root: Path, names: list[str], compare: Callable[[torch.Tensor, torch.Tensor], bool]) -> None:

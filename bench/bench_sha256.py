@@ -4,7 +4,7 @@
 
 Contenders, each hashing the same files (the MXFP8 checkpoint and its BF16 source):
 
-- ``qualify.checksums.sha256_files``: what ``structure.*_checksums`` runs, files on
+- ``qualify.checkpoint.checksums.sha256_files``: what ``structure.*_checksums`` runs, files on
   parallel threads (one per CPU).
 - ``sha256sum`` (GNU coreutils) over all files, one process, as a person would run it;
   and ``xargs -P <nproc> sha256sum``, one process per file, in parallel like ours.
@@ -32,7 +32,7 @@ from pathlib import Path
 import benchlib
 from benchlib import gb, interleaved, ratio_table
 
-from qualify.checksums import sha256_files
+from qualify.checkpoint.checksums import sha256_files
 
 
 def files_of(root: Path) -> list[Path]:

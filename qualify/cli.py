@@ -12,9 +12,9 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from . import __version__
-from .commands import COMMAND_MODULES, EPILOG, EXIT_ERROR, EXIT_NOT_QUALIFIED
-from .errors import HarnessError, QualifyError, UsageError
+from qualify import __version__
+from qualify.commands import COMMAND_MODULES, EPILOG, EXIT_ERROR, EXIT_NOT_QUALIFIED
+from qualify.errors import HarnessError, QualifyError, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import ProfileError, UsageError
-from .report import LEVELS
-from .schemas import schema_errors
+from qualify.errors import ProfileError, UsageError
+from qualify.report.model import LEVELS
+from qualify.schemas import schema_errors
 
 PROFILE_FORMAT_VERSION = 1
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from qualify.manifest import Manifest, load_manifest, read_manifest_json
+from qualify.checkpoint.manifest import Manifest, load_manifest, read_manifest_json
+from qualify.checkpoint.quant_config import QuantConfig, read_model_config, read_quant_config
+from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.profile import Profile, load_profile
-from qualify.quant_config import QuantConfig, read_model_config, read_quant_config
-from qualify.safetensors_io import Checkpoint
 from suites.runtime_fixtures import runtime, runtime_teardown, started_runtime  # noqa: F401  (fixtures)
 from suites.serving_fixtures import *  # noqa: F403  (the serving levels' fixtures)
 

@@ -1,6 +1,6 @@
 """Fixtures of the runtime levels: one launch of the profile's pinned runtime per session.
 
-``runtime`` is the :class:`~qualify.runtime_session.RuntimeSession` (nothing started yet);
+``runtime`` is the :class:`~qualify.runtime.session.RuntimeSession` (nothing started yet);
 ``started_runtime`` starts it once every preflight step passed. If it cannot start, the
 first check that needs it fails with the reason and the others are not run. The
 container is removed at the end of the session whatever ends it; a teardown that leaves
@@ -16,9 +16,9 @@ import pytest
 
 from qualify.errors import CheckpointError
 from qualify.profile import Profile
-from qualify.report import LEVELS, Evidence
-from qualify.runtime_session import RuntimeSession, build_image
-from qualify.suite_plugin import find_plugin, level_of
+from qualify.report.model import LEVELS, Evidence
+from qualify.run.suite_plugin import find_plugin, level_of
+from qualify.runtime.session import RuntimeSession, build_image
 
 
 class RuntimeNotStarted(CheckpointError):
@@ -29,7 +29,7 @@ def _run_id(config: pytest.Config) -> str:
     plugin = find_plugin(config)
     if plugin is not None:
         return plugin.run.run_id
-    from qualify.container import make_run_id
+    from qualify.runtime.container import make_run_id
 
     return make_run_id(config.getoption("--profile") or "fixture")
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from qualify import serving
-from qualify import specdecode as sd
 from qualify.profile import AcceptanceSpec, LosslessnessSpec, Profile, ThroughputSpec
-from qualify.suite_plugin import find_plugin
+from qualify.run.suite_plugin import find_plugin
+from qualify.serving import client as serving
+from qualify.serving import specdecode as sd
 from suites.runtime_fixtures import serving_uses_runtime
 
 # What suites/conftest.py star-imports: the fixtures, nothing else.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualify.plots import position_acceptance_svg
+from qualify.report.plots import position_acceptance_svg
 
 pytestmark = pytest.mark.acceptance
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualify import format_checks as f
+from qualify.checks import format as f
 
 pytestmark = pytest.mark.format
 

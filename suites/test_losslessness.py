@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qualify import serving
-from qualify import specdecode as sd
+from qualify.serving import client as serving
+from qualify.serving import specdecode as sd
 
 pytestmark = pytest.mark.losslessness
 

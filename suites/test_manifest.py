@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qualify import manifest as m
-from qualify.report import Evidence
+from qualify.checkpoint import manifest as m
+from qualify.report.model import Evidence
 
 pytestmark = pytest.mark.structure
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualify import reproduce as r
+from qualify.checks import reproduction as r
 
 pytestmark = pytest.mark.reproduction
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from qualify import serving
-from qualify.log_evidence import wait_for_log_evidence
-from qualify.report import Evidence
+from qualify.report.model import Evidence
+from qualify.runtime.log_evidence import wait_for_log_evidence
+from qualify.serving import client as serving
 
 pytestmark = pytest.mark.smoke
 

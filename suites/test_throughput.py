@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qualify import serving
-from qualify.throughput import throughput_evidence
+from qualify.serving import client as serving
+from qualify.serving.throughput import throughput_evidence
 
 pytestmark = pytest.mark.throughput
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from qualify import container as c
-from qualify.ports import free_port
+from qualify.runtime import container as c
+from qualify.util.ports import free_port
 from tests.helpers import REPO
 
 CANDIDATE = "0123456789abcdef0123456789abcdef01234567"
@@ -26,7 +26,7 @@ def docker_client_fixture() -> Any:
 
 @pytest.fixture(scope="session", name="standin")
 def standin_fixture(docker_client: Any) -> str:
-    from qualify.standin import ensure_image
+    from qualify.runtime.standin import ensure_image
 
     report = ensure_image(docker_client)
     if report.timings_s:

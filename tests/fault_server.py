@@ -1,9 +1,9 @@
 """A fault-injecting stand-in of vLLM's OpenAI-compatible server, for the harness's own tests.
 
-It serves what :mod:`qualify.serving` asks of a vLLM endpoint -- ``/v1/models``,
+It serves what :mod:`qualify.serving.client` asks of a vLLM endpoint -- ``/v1/models``,
 ``/v1/completions``, ``/v1/chat/completions`` (with vLLM's ``token_ids``), ``/version``,
 ``/health`` and ``/metrics`` with the speculative-decoding counters
-(:data:`qualify.specdecode.COUNTERS`) -- from a real HTTP server on 127.0.0.1, in a thread.
+(:data:`qualify.serving.specdecode.COUNTERS`) -- from a real HTTP server on 127.0.0.1, in a thread.
 Healthy, it qualifies: every request drafts ``proposal`` tokens per step and the target
 accepts the first ``accepted`` of them, so the figures clear the fixture profile's gate.
 
@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from qualify import specdecode as sd
+from qualify.serving import specdecode as sd
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "dflash2-tiny-target"

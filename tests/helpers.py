@@ -26,7 +26,7 @@ def write_checkpoint(root: Path, tensors: dict, *, config: dict | None = None, h
     """A small checkpoint directory from a dict of tensors (and optional config files)."""
     import json
 
-    from qualify.safetensors_writer import TORCH_TO_SAFETENSORS, PlannedTensor, write_safetensors
+    from qualify.checkpoint.safetensors_writer import TORCH_TO_SAFETENSORS, PlannedTensor, write_safetensors
 
     root.mkdir(parents=True, exist_ok=True)
     planned = [

@@ -2,7 +2,7 @@
 
 :func:`seed_run` is a run of the seed profile whose checks passed and whose load and
 smoke evidence carry the runtime facts the seed model card records, in the measured
-keys qualify/card.py documents.
+keys qualify/report/card.py documents.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from qualify.profile import load_profile
-from qualify.report import Check, Evidence, LevelResult, Run, Status
+from qualify.report.model import Check, Evidence, LevelResult, Run, Status
 
 SEED = "glm53-flash-dflash2-mxfp8-tp4"
 DRAFT_REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -54,7 +54,7 @@ SEED_CHECKS: list[tuple[str, str, dict[str, Any] | None]] = [
 
 def log_evidence(log: str, level: str, profile: str = SEED) -> dict[str, Any]:
     """What the load suite records for this log: the real check, so the card reads what it writes."""
-    from qualify.log_evidence import check_log_evidence
+    from qualify.runtime.log_evidence import check_log_evidence
 
     ev = check_log_evidence(log, load_profile(profile), level)
     assert ev.ok, ev.failure_text()  # a builder that makes failing evidence by accident would test nothing

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from qualify.card import indefinite_article, validation_status_section
-from qualify.render import validation_status
-from qualify.report import Status, write_json
+from qualify.report.card import indefinite_article, validation_status_section
+from qualify.report.markdown import validation_status
+from qualify.report.model import Status, write_json
 from tests.helpers import TRACEBACK, run_qualify
 from tests.run_builders import COMPLETION, LOAD_LOG, log_evidence, seed_run
 

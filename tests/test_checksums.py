@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qualify.checksums import sha256_file, sha256_files
+from qualify.checkpoint.checksums import sha256_file, sha256_files
 from qualify.errors import CheckpointError
 
 CHUNK = 64 << 10  # small chunks so that "bigger than one chunk" stays a small file
@@ -136,7 +136,7 @@ def test_forced_progress_still_hashes_right(files: list[Path], capfd: pytest.Cap
 @pytest.fixture
 def memo(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """A fresh memo with no settling time, and a log of the files really hashed."""
-    from qualify import checksums
+    from qualify.checkpoint import checksums
 
     monkeypatch.setattr(checksums, "_MEMO", checksums.DigestMemo(settle_s=0.0))
     hashed: list[Path] = []
@@ -182,7 +182,7 @@ def test_a_replaced_file_is_hashed_again(files: list[Path], memo: list[Path], tm
 
 
 def test_a_file_written_just_before_its_hash_is_not_remembered(files: list[Path], monkeypatch) -> None:
-    from qualify import checksums
+    from qualify.checkpoint import checksums
 
     monkeypatch.setattr(checksums, "_MEMO", checksums.DigestMemo(settle_s=3600.0))
     sha256_files(files[:2])

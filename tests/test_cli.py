@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from qualify.report import read_json
+from qualify.report.model import read_json
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
 
 pytestmark = pytest.mark.slow  # runs the real CLI in subprocesses
@@ -95,7 +95,7 @@ def test_without_source_the_source_checks_are_skipped_and_not_qualified(tmp_path
 
 INTERRUPT = """
 import os, signal, sys
-import qualify.manifest as m
+import qualify.checkpoint.manifest as m
 def boom(*a, **k):
     {action}
 m.check_file_list = boom

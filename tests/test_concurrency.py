@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from qualify import container as c
 from qualify.errors import HarnessError
-from qualify.ports import free_port
 from qualify.profile import load_profile
-from qualify.report import read_json
-from qualify.vllm_server import ServerPlan, VLLMServer
+from qualify.report.model import read_json
+from qualify.runtime import container as c
+from qualify.serving.vllm_server import ServerPlan, VLLMServer
+from qualify.util.ports import free_port
 from tests.fault_server import MODEL, fault_server, serving_profile
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
@@ -47,7 +47,7 @@ def test_two_runs_started_together_get_their_own_folders(tmp_path: Path) -> None
 
 
 def test_run_ids_started_in_the_same_second_differ() -> None:
-    from qualify.runner import new_run_id
+    from qualify.run.runner import new_run_id
 
     # 24 random bits after a one-second stamp: two runs collide once in 16.7 million (and then the
     # second is refused by make_run_dir, below); 50 ids collide with probability 7e-5.
@@ -59,7 +59,7 @@ def test_run_ids_started_in_the_same_second_differ() -> None:
 
 
 def test_a_run_folder_is_never_shared(tmp_path: Path) -> None:
-    from qualify.runner import make_run_dir
+    from qualify.run.runner import make_run_dir
 
     run_id = c.make_run_id("fixture")
     make_run_dir(tmp_path, run_id)
@@ -68,7 +68,7 @@ def test_a_run_folder_is_never_shared(tmp_path: Path) -> None:
 
 
 def test_a_run_whose_id_clashes_draws_another_and_gets_its_own_folder(tmp_path: Path, monkeypatch) -> None:
-    from qualify import runner
+    from qualify.run import runner
 
     run = runner.new_run(load_profile("fixture"), None, None, ["format"])
     taken = run.run_id
@@ -140,7 +140,7 @@ def test_a_local_server_whose_port_was_taken_meanwhile_is_refused(tmp_path: Path
 
 def test_a_server_that_lost_the_race_for_its_port_is_not_measured(tmp_path: Path, monkeypatch) -> None:
     """The port was free when checked and taken before our server bound it: whoever answers is not ours."""
-    import qualify.vllm_server as vs
+    import qualify.serving.vllm_server as vs
 
     fake_python = tmp_path / "python"  # never binds the port: the other run's server holds it
     fake_python.write_text("#!/bin/sh\nexec sleep 30\n")
@@ -159,7 +159,7 @@ def test_a_server_that_lost_the_race_for_its_port_is_not_measured(tmp_path: Path
 
 def test_a_port_held_by_the_session_we_started_counts_as_ours(tmp_path: Path) -> None:
     """The positive case of the ownership check, on a real listening child process in its own session."""
-    from qualify import ports
+    from qualify.util import ports
 
     port = free_port()
     code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
@@ -181,7 +181,7 @@ def test_a_port_held_by_the_session_we_started_counts_as_ours(tmp_path: Path) ->
 
 
 def test_without_proc_the_ownership_is_unknown_not_assumed(tmp_path: Path) -> None:
-    from qualify import ports
+    from qualify.util import ports
 
     assert ports.listening_inodes(8000, proc=tmp_path) is None
     assert ports.session_listens(1, 8000, proc=tmp_path) is None

@@ -1,7 +1,8 @@
-"""Tests for qualify.container: the launch plan, the docker run line, and real containers of the stand-in runtime.
+"""Tests for qualify.runtime.container: the launch plan, the docker run line, and real containers
+of the stand-in runtime.
 
 The plan tests are pure. The ``docker`` tests start real containers of the local
-``qualify-standin`` image (built by qualify.standin, never pulled) and FAIL -- never skip
+``qualify-standin`` image (built by qualify.runtime.standin, never pulled) and FAIL -- never skip
 -- when no Docker engine answers, naming scripts/install-docker.sh. Every docker test
 checks with ``docker ps -a --filter label=...`` that it left no container behind.
 """
@@ -27,12 +28,12 @@ from typing import Any
 
 import pytest
 
-from qualify import container as c
 from qualify.errors import UsageError
-from qualify.gpu import Gpu, GpuInventory
-from qualify.log_evidence import check_log_evidence
 from qualify.profile import Profile, load_profile
-from qualify.redact import MASK
+from qualify.runtime import container as c
+from qualify.runtime.gpu import Gpu, GpuInventory
+from qualify.runtime.log_evidence import check_log_evidence
+from qualify.util.redact import MASK
 from tests.docker_support import (  # noqa: F401  (fixtures)
     CANDIDATE,
     docker_client_fixture,
@@ -312,7 +313,7 @@ def test_standin_starts_serves_shows_evidence_and_is_removed(docker_client: Any,
 
 
 def fault_plan(docker_client: Any, tmp_path: Path, fault: str, **kwargs: Any) -> c.LaunchPlan:
-    from qualify.standin import ensure_fault_image
+    from qualify.runtime.standin import ensure_fault_image
 
     return fixture_plan(tmp_path, image=ensure_fault_image(docker_client, fault), **kwargs)
 
@@ -424,7 +425,7 @@ def test_a_port_already_in_use_is_refused(docker_client: Any, standin: str, tmp_
 
 @pytest.mark.docker
 def test_wrong_gpu_refuses_to_start(docker_client: Any, standin: str, seed: Profile, tmp_path: Path) -> None:
-    from qualify.runtime_session import RuntimeSession
+    from qualify.runtime.session import RuntimeSession
 
     h200 = GpuInventory(gpus=(Gpu(0, "NVIDIA H200", 143771, "570.133.20"),), cuda_version="12.8")
     session = RuntimeSession(seed, run_id=f"test-{uuid.uuid4().hex[:10]}", log_dir=tmp_path,
@@ -461,7 +462,7 @@ def test_leftovers_of_dead_runs_are_removed_and_live_ones_kept(docker_client: An
 def test_tokens_never_reach_the_log_or_the_evidence(docker_client: Any, standin: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    from qualify.standin import ensure_fault_image
+    from qualify.runtime.standin import ensure_fault_image
 
     profile = load_profile(fixture_variant(tmp_path, image=ensure_fault_image(docker_client, "leak-env")))
     plan = c.build_plan(profile, run_id=f"test-{uuid.uuid4().hex[:10]}", draft_revision=CANDIDATE,
@@ -562,7 +563,7 @@ def test_a_killed_harness_leaves_a_leftover_the_next_run_removes(docker_client: 
 
 @pytest.mark.docker
 def test_cli_serve_exit_codes(docker_client: Any, standin: str, tmp_path: Path) -> None:
-    from qualify.standin import ensure_fault_image
+    from qualify.runtime.standin import ensure_fault_image
 
     common = ["--checkpoint", str(CHECKPOINT), "--draft-revision", CANDIDATE, "--report-dir", str(tmp_path / "r"),
               "--exit-when-ready"]

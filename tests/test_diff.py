@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qualify.diff import Change, diff_runs, relative_change, relevant, render
-from qualify.report import LevelResult, Status, write_json
+from qualify.report.diff import Change, diff_runs, relative_change, relevant, render
+from qualify.report.model import LevelResult, Status, write_json
 from tests.helpers import TRACEBACK, run_qualify
 from tests.run_builders import LOAD_LOG, make_check, seed_run
 

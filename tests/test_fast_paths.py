@@ -13,10 +13,14 @@ import threading
 import pytest
 import torch
 
-from qualify import checksums, format_checks, mxfp8, progress, statistics
-from qualify import reproduce as r
+from qualify.checkpoint import checksums
+from qualify.checks import format as format_checks
+from qualify.checks import reproduction as r
 from qualify.errors import QuantizationError
-from qualify.mxfp8 import RECIPES, MXFP8Weight, ScaleRecipe, quantize
+from qualify.mxfp8 import codec as mxfp8
+from qualify.mxfp8 import statistics
+from qualify.mxfp8.codec import RECIPES, MXFP8Weight, ScaleRecipe, quantize
+from qualify.util import progress
 
 
 def wide_bf16(rows: int, k: int, seed: int, low: int = -140, high: int = 120) -> torch.Tensor:

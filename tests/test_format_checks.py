@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from qualify import format_checks as f
-from qualify import mxfp8
+from qualify.checkpoint.quant_config import _MISSING, DeclaredScheme, QuantConfig, read_quant_config
+from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.checks import format as f
+from qualify.mxfp8 import codec as mxfp8
 from qualify.profile import FormatSpec
-from qualify.quant_config import _MISSING, DeclaredScheme, QuantConfig, read_quant_config
-from qualify.safetensors_io import Checkpoint
 from tests.helpers import hf_quant, write_checkpoint
 
 GEN = torch.Generator().manual_seed(0)

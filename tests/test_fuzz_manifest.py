@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualify import format_checks
-from qualify import manifest as m
-from qualify import reproduce as r
+from qualify.checkpoint import manifest as m
+from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.checks import format as format_checks
+from qualify.checks import reproduction as r
 from qualify.errors import CheckpointError
 from qualify.profile import load_profile
-from qualify.safetensors_io import Checkpoint
 from tests.helpers import FIXTURE
 
 PROFILE = load_profile("fixture")

@@ -11,7 +11,8 @@ import pytest
 
 from qualify.cli import main
 from qualify.errors import UsageError
-from qualify.gate import (
+from qualify.profile import load_profile
+from qualify.release.gate import (
     Expected,
     FileEntry,
     check_revision_argument,
@@ -22,9 +23,8 @@ from qualify.gate import (
     refusals,
     shipped_profile,
 )
-from qualify.pipeline import CHECKPOINT_LEVELS
-from qualify.profile import load_profile
-from qualify.report import Status, write_json
+from qualify.report.model import Status, write_json
+from qualify.run.pipeline import CHECKPOINT_LEVELS
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
 from tests.run_builders import DRAFT_REVISION, FILES, SEED, seed_run
 
@@ -190,7 +190,7 @@ def test_load_relevance(path, relevant):
 
 
 def test_the_gates_listing_is_the_reports(tmp_path):
-    from qualify.manifest import list_checkpoint_files
+    from qualify.checkpoint.manifest import list_checkpoint_files
 
     for rel in ("a.json", "sub/b.safetensors", ".hidden", ".git/HEAD", "x/.cache/y", "README.md"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""Tests for qualify.gpu: nvidia-smi parsing and the preflight, against recorded outputs (tests/data/nvidia-smi)."""
+"""Tests for qualify.runtime.gpu: nvidia-smi parsing and the preflight, against recorded outputs
+(tests/data/nvidia-smi)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from qualify.gpu import (
+from qualify.profile import load_profile
+from qualify.runtime.gpu import (
     QUERY_ARGS,
     Gpu,
     GpuInventory,
@@ -19,7 +21,6 @@ from qualify.gpu import (
     query_gpus,
     required_devices,
 )
-from qualify.profile import load_profile
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 RTX = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"

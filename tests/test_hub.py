@@ -1,4 +1,4 @@
-"""Tests for qualify.hub: the real huggingface_hub client over real HTTP, against tests/hub_standin.py."""
+"""Tests for qualify.checkpoint.hub: the real huggingface_hub client over real HTTP, against tests/hub_standin.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from qualify import hub
+from qualify.checkpoint import hub
 from qualify.errors import UsageError
-from qualify.redact import MASK, RedactingFilter
+from qualify.util.redact import MASK, RedactingFilter
 from tests.hub_standin import StandinHub, StandinRepo
 
 REPO = "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from qualify import container as c
+from qualify.runtime import container as c
 from tests.docker_support import CANDIDATE, docker_client_fixture, docker_ps, fixture_variant, standin_fixture  # noqa: F401
 from tests.helpers import FIXTURE, REPO
 
@@ -66,7 +66,7 @@ def test_an_unpinned_launch_is_refused_and_nothing_starts(tmp_path: Path, standi
 
 
 def test_a_crashing_runtime_fails_the_level(tmp_path: Path, docker_client: Any, standin: str) -> None:
-    from qualify.standin import ensure_fault_image
+    from qualify.runtime.standin import ensure_fault_image
 
     profile = fixture_variant(tmp_path, image=ensure_fault_image(docker_client, "crash"))
     report, run_dir, output = run_load(tmp_path, profile, "--allow-unpinned")

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from qualify import manifest as m
+from qualify.checkpoint import manifest as m
+from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.errors import CheckpointError, ManifestError
 from qualify.profile import load_profile
-from qualify.safetensors_io import Checkpoint
 
 
 def edit_manifest(ckpt, fn):
@@ -532,7 +532,7 @@ def _tensor_entry(name, action, dtype, shape, *outputs):
     ],
 )
 def test_each_entry_maps_to_what_its_action_produces(entry, messages):
-    from qualify.report import Evidence
+    from qualify.report.model import Evidence
 
     ev = Evidence("entry")
     m._check_entry_shape(entry, ev)

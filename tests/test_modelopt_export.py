@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from fixtures.modelopt_export import LLAMA_CONFIG, PIP_INSTALL, ModelOptUnavailableError, export_tiny_llama
-from qualify import format_checks as f
-from qualify import mxfp8
-from qualify.quant_config import read_model_config, read_quant_config
-from qualify.safetensors_io import Checkpoint
+from qualify.checkpoint.quant_config import read_model_config, read_quant_config
+from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.checks import format as f
+from qualify.mxfp8 import codec as mxfp8
 
 H = LLAMA_CONFIG["hidden_size"]
 I = LLAMA_CONFIG["intermediate_size"]  # noqa: E741

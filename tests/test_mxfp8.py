@@ -1,4 +1,4 @@
-"""Tests of qualify.mxfp8 against a slow scalar reference written from the spec, and
+"""Tests of qualify.mxfp8.codec against a slow scalar reference written from the spec, and
 against torchao's ``to_mx``.
 
 The reference below uses no torch arithmetic: exponents come from exact rational
@@ -22,9 +22,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualify import mxfp8
 from qualify.errors import CheckpointError, QuantizationError
-from qualify.mxfp8 import (
+from qualify.mxfp8 import codec as mxfp8
+from qualify.mxfp8.codec import (
     E4M3_MAX,
     E8M0_NAN,
     RECIPES,

@@ -1,4 +1,4 @@
-"""``qualify run`` (qualify.pipeline): inputs resolved and recorded, levels gated in order, measured levels
+"""``qualify run`` (qualify.run.pipeline): inputs resolved and recorded, levels gated in order, measured levels
 never qualifying, local servers failing loudly -- all without a server, in-process."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from qualify.checksums import folder_revision
+from qualify.checkpoint.checksums import folder_revision
 from qualify.errors import UsageError
-from qualify.local_serving import LocalServing
-from qualify.pipeline import RunOptions, resolve_checkpoint, run_qualification
 from qualify.profile import load_profile
-from qualify.report import Status, Verdict, read_json
-from qualify.runner import new_run
+from qualify.report.model import Status, Verdict, read_json
+from qualify.run.pipeline import RunOptions, resolve_checkpoint, run_qualification
+from qualify.run.runner import new_run
+from qualify.serving.local_servers import LocalServing
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
 FIXTURE_REVISION = "a87d26ec2712047be48240e04266dc295bbe3621"

@@ -136,14 +136,14 @@ def test_every_shipped_profile_loads(name: str) -> None:
 
 
 def test_schema_levels_match_the_report_model() -> None:
-    from qualify.report import LEVELS
+    from qualify.report.model import LEVELS
     from qualify.schemas import load_schema
 
     assert tuple(load_schema("profile")["$defs"]["level"]["enum"]) == LEVELS
 
 
 def test_schema_scale_recipes_match_the_quantizer() -> None:
-    from qualify.mxfp8 import RECIPES
+    from qualify.mxfp8.codec import RECIPES
     from qualify.schemas import load_schema
 
     enum = load_schema("profile")["properties"]["format"]["properties"]["scale_recipe"]["enum"]
@@ -336,7 +336,8 @@ def test_launch_env_pins_the_draft_revision(seed_profile: Profile) -> None:
 
 
 def test_launch_env_uses_a_pinned_checkpoint_revision(tmp_path: Path, fixture_text: str) -> None:
-    unpinned = ("# folder's content revision (qualify.checksums.folder_revision), which changes with any byte.\n"
+    unpinned = ("# folder's content revision (qualify.checkpoint.checksums.folder_revision), which changes with any"
+                " byte.\n"
                 "revision = \"\"")
     path = write_variant(tmp_path, fixture_text, unpinned, f'revision = "{CANDIDATE_REV}"')
     profile = load_profile(path)

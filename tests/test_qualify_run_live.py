@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qualify.report import Run, Status, Verdict, read_json
+from qualify.report.model import Run, Status, Verdict, read_json
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]

@@ -1,4 +1,4 @@
-"""Tests for qualify.redact: secrets by value and by shape, env display, the logging filter."""
+"""Tests for qualify.util.redact: secrets by value and by shape, env display, the logging filter."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from qualify.redact import MASK, RedactingFilter, install_log_redaction, is_secret_name, redact, redact_env
+from qualify.util.redact import MASK, RedactingFilter, install_log_redaction, is_secret_name, redact, redact_env
 
 TOKEN = "hf_RedactTestTokenAbcdefghijklmnop012345"
 

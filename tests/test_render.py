@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from qualify.profile import load_profile
-from qualify.render import render_markdown, summary_lines, validation_status
-from qualify.report import Check, Evidence, LevelResult, Run, Status
+from qualify.report.markdown import render_markdown, summary_lines, validation_status
+from qualify.report.model import Check, Evidence, LevelResult, Run, Status
 
 SEED = "glm53-flash-dflash2-mxfp8-tp4"
 
@@ -65,7 +65,7 @@ def test_a_failed_level_is_named_and_nothing_is_claimed_qualified():
 
 
 def test_a_chart_is_linked_from_its_level(tmp_path):
-    from qualify.runner import finish_run
+    from qualify.run.runner import finish_run
 
     run = run_with({"acceptance": Status.PASSED})
     run.levels[0].checks[0].evidence.measured["position_chart_svg"] = "<svg xmlns='http://www.w3.org/2000/svg'/>"

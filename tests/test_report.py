@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from qualify import report as r
 from qualify.errors import HarnessError, UsageError
-from qualify.report import Check, Evidence, LevelResult, Run, Status, Verdict, combine
+from qualify.report import model as r
+from qualify.report.model import Check, Evidence, LevelResult, Run, Status, Verdict, combine
 
 
 def make_run(*levels: LevelResult) -> Run:
@@ -208,7 +208,7 @@ def test_measured_values_become_json_safe() -> None:
 
     import torch
 
-    from qualify.report import _jsonable
+    from qualify.report.model import _jsonable
 
     class Thing:
         def __str__(self) -> str:

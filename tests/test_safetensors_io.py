@@ -17,8 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualify.errors import CheckpointError, SafetensorsError, UsageError
-from qualify.safetensors_io import (
+from qualify.checkpoint.safetensors_io import (
     DTYPES,
     INDEX_NAME,
     MAX_HEADER_SIZE,
@@ -27,6 +26,7 @@ from qualify.safetensors_io import (
     TensorInfo,
     parse_header,
 )
+from qualify.errors import CheckpointError, SafetensorsError, UsageError
 
 BAD = "bad.safetensors"
 

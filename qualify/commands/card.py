@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED
+from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED
 
 EPILOG = """\
 exit codes:
@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..card import validation_status_section
-    from ..report import Verdict, read_json
+    from qualify.report.card import validation_status_section
+    from qualify.report.model import Verdict, read_json
 
     report = read_json(args.report)  # validates and recomputes the verdict; UsageError -> exit 2
     print(validation_status_section(report, heading=None if args.no_heading else "## Validation status"), end="")

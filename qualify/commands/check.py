@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import parser_for
-from .run import JUNIT_ENV, add_run_arguments, run
+from qualify.commands import parser_for
+from qualify.commands.run import JUNIT_ENV, add_run_arguments, run
 
 __all__ = ["JUNIT_ENV", "register", "run"]
 

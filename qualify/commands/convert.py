@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UsageError
-from . import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
+from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
+from qualify.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +54,7 @@ def _add_source_identity(p: argparse.ArgumentParser) -> None:
 def run_convert(args: argparse.Namespace) -> int:
     import re
 
-    from ..convert import convert
+    from qualify.checkpoint.convert import convert
 
     if not re.fullmatch(r"[0-9a-f]{40}", args.source_revision):
         raise UsageError(f"--source-revision {args.source_revision!r} is not a 40-hex commit")
@@ -70,14 +70,14 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_manifest(args: argparse.Namespace) -> int:
-    from ..convert import describe_conversion
-    from ..quant_config import HF_QUANT_CONFIG
+    from qualify.checkpoint.convert import describe_conversion
+    from qualify.checkpoint.quant_config import HF_QUANT_CONFIG
 
     output = existing_dir(args.output, "converted checkpoint")
     producer = None
     hf = output / HF_QUANT_CONFIG
     if hf.exists():
-        from ..jsonio import load_json_file
+        from qualify.util.jsonio import load_json_file
 
         declared = (load_json_file(hf, display=HF_QUANT_CONFIG) or {}).get("producer") or {}
         if isinstance(declared.get("name"), str) and isinstance(declared.get("version"), str):

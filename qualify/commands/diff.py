@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..diff import diff_runs, relevant, render
-    from ..report import read_json
+    from qualify.report.diff import diff_runs, relevant, render
+    from qualify.report.model import read_json
 
     a, b = read_json(args.a), read_json(args.b)  # UsageError -> exit 2
     changes = diff_runs(a, b)

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import UsageError
-from . import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED
+from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED
+from qualify.errors import UsageError
 
 EPILOG = """\
 exit codes:
@@ -42,8 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import CheckpointError
-    from ..gate import (
+    from qualify.errors import CheckpointError
+    from qualify.release.gate import (
         Expected,
         check_revision_argument,
         describe_checkpoint,
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         shipped_profile,
         stored_contradictions,
     )
-    from ..report import read_json
+    from qualify.report.model import read_json
 
     # Usage first, before any hashing: these are the caller's mistakes, not the release's.
     if args.checkpoint is None and args.revision is None:

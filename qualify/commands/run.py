@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, parser_for
+from qualify.commands import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, parser_for
 
 #: CI can ask for JUnit through `make qualify`, whose command line it does not own.
 JUNIT_ENV = "QUALIFY_JUNIT_XML"
@@ -63,10 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pipeline import CHECKPOINT_LEVELS, RunOptions, run_qualification
-    from ..profile import load_profile
-    from ..render import summary_lines
-    from ..report import parse_levels
+    from qualify.profile import load_profile
+    from qualify.report.markdown import summary_lines
+    from qualify.report.model import parse_levels
+    from qualify.run.pipeline import CHECKPOINT_LEVELS, RunOptions, run_qualification
 
     profile = load_profile(args.profile)
     if args.default_levels == "run":

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
+from qualify.commands import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,9 +55,9 @@ def _say(text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from .. import container as c
-    from ..profile import load_profile
-    from ..redact import install_log_redaction, redact
+    from qualify.profile import load_profile
+    from qualify.runtime import container as c
+    from qualify.util.redact import install_log_redaction, redact
 
     # Library warnings (docker, huggingface_hub) reach stderr through one handler, and never with a token.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -83,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, profile: object, plan: object) -> int:
-    from .. import container as c
-    from ..atomic import atomic_write_text
-    from ..gpu import check_gpus, query_gpus
-    from ..log_evidence import check_log_evidence
-    from ..redact import redact
+    from qualify.runtime import container as c
+    from qualify.runtime.gpu import check_gpus, query_gpus
+    from qualify.runtime.log_evidence import check_log_evidence
+    from qualify.util.atomic import atomic_write_text
+    from qualify.util.redact import redact
 
     assert isinstance(plan, c.LaunchPlan)
     run_dir = Path(args.report_dir) / plan.run_id

@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonschema
 
-from ..errors import UsageError
+from qualify.errors import UsageError
 
 
 @cache

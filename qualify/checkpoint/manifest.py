@@ -1,0 +1,520 @@
+"""``conversion_manifest.json``: its model, and the structure checks made against it.
+
+The manifest is a conversion's claims: the immutable source it started from, every
+file's checksum, what happened to every source tensor, and the error it measured. Each
+``check_*`` function here tests one family of claims against the files and returns
+:class:`~qualify.report.model.Evidence`; it passes only if every claim was verified, and a set
+of claims that is empty is a finding, never a pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from qualify import __version__
+from qualify.checkpoint.checksums import sha256_files, thread_map
+from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.errors import CheckpointError, ManifestError
+from qualify.mxfp8 import codec as mxfp8
+from qualify.mxfp8 import statistics
+from qualify.report.model import Evidence
+from qualify.schemas import schema_errors
+from qualify.util.jsonio import load_json_file
+from qualify.util.progress import StepProgress
+
+MANIFEST_NAME = "conversion_manifest.json"
+MANIFEST_FORMAT_VERSION = 1
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+ACTIONS = ("quantized", "kept", "excluded")
+SCALE_SUFFIX = "_scale"
+
+#: Files whose content decides how a checkpoint loads: each must be listed in the manifest.
+LOAD_RELEVANT_SUFFIXES = (".safetensors", ".json")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    source_name: str
+    action: str
+    source_dtype: str
+    source_shape: tuple[int, ...]
+    outputs: tuple[OutputTensor, ...]
+    statistics: dict[str, Any] | None
+    reason: str
+
+    @property
+    def weight_output(self) -> OutputTensor:
+        return self.outputs[0]
+
+    @property
+    def scale_output(self) -> OutputTensor | None:
+        return self.outputs[1] if self.action == "quantized" and len(self.outputs) > 1 else None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest that passed its schema. Build it with :func:`load_manifest`."""
+
+    raw: dict[str, Any]
+    path: Path
+    source_repo: str
+    source_revision: str
+    source_files: tuple[FileEntry, ...]
+    output_files: tuple[FileEntry, ...]
+    quantization: dict[str, Any]
+    tensors: tuple[TensorEntry, ...]
+    aggregate: dict[str, Any]
+
+    @property
+    def scale_recipe(self) -> str | None:
+        return self.quantization.get("scale_recipe")
+
+    @property
+    def quantized(self) -> list[TensorEntry]:
+        return [t for t in self.tensors if t.action == "quantized"]
+
+
+def read_manifest_json(root: Path) -> dict[str, Any]:
+    """The manifest as parsed JSON (duplicate keys rejected), before any schema check."""
+    path = Path(root) / MANIFEST_NAME
+    data = load_json_file(path, display=MANIFEST_NAME, error=ManifestError)
+    if not isinstance(data, dict):
+        raise ManifestError("the manifest must be a JSON object", file=MANIFEST_NAME)
+    return data
+
+
+def load_manifest(root: Path) -> Manifest:
+    """Read, schema-validate and model the manifest of the checkpoint at ``root``."""
+    raw = read_manifest_json(root)
+    errors = schema_errors(raw, "manifest")
+    if errors:
+        shown = "; ".join(errors[:3]) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
+        raise ManifestError(f"fails its schema: {shown}", file=MANIFEST_NAME)
+    return _model(raw, Path(root) / MANIFEST_NAME)
+
+
+def _files(items: list[dict[str, Any]]) -> tuple[FileEntry, ...]:
+    return tuple(FileEntry(f["path"], f["sha256"], int(f["size"])) for f in items)
+
+
+def _model(raw: dict[str, Any], path: Path) -> Manifest:
+    tensors = []
+    for t in raw["tensors"]:
+        outputs = tuple(
+            OutputTensor(o["name"], o["dtype"], tuple(o["shape"]), o.get("role", "tensor")) for o in t["outputs"]
+        )
+        tensors.append(
+            TensorEntry(
+                source_name=t["source_name"],
+                action=t["action"],
+                source_dtype=t["source_dtype"],
+                source_shape=tuple(t["source_shape"]),
+                outputs=outputs,
+                statistics=t.get("statistics"),
+                reason=t.get("reason", ""),
+            )
+        )
+    return Manifest(
+        raw=raw,
+        path=path,
+        source_repo=raw["source"]["repo"],
+        source_revision=raw["source"]["revision"],
+        source_files=_files(raw["source"]["files"]),
+        output_files=_files(raw["output"]["files"]),
+        quantization=dict(raw["quantization"]),
+        tensors=tuple(tensors),
+        aggregate=dict(raw["aggregate"]),
+    )
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_schema(root: Path) -> Evidence:
+    """The manifest exists, is strict JSON and satisfies ``manifest.schema.json``."""
+    ev = Evidence(f"{MANIFEST_NAME} validates against manifest schema v{MANIFEST_FORMAT_VERSION}")
+    raw = read_manifest_json(root)
+    errors = schema_errors(raw, "manifest")
+    for line in errors:
+        ev.add(f"schema: {line}", file=MANIFEST_NAME)
+    ev.measured["format_version"] = raw.get("format_version")
+    ev.measured["schema_violations"] = len(errors)
+    return ev
+
+
+def check_source_pinned(manifest_raw: dict[str, Any], pinned_revision: str | None) -> Evidence:
+    """The source is named at an immutable commit, and it is the one the profile pins."""
+    source = manifest_raw.get("source") if isinstance(manifest_raw.get("source"), dict) else {}
+    revision = source.get("revision")
+    ev = Evidence("the source checkpoint is pinned to an immutable 40-hex commit")
+    ev.measured.update(repo=source.get("repo"), revision=revision)
+    if not isinstance(revision, str) or not COMMIT_RE.match(revision):
+        shown = "empty" if revision in ("", None) else repr(revision)
+        ev.add(
+            f"source revision is {shown}: a branch, tag or empty revision moves, so the conversion cannot be "
+            "reproduced; record the 40-hex commit the conversion read",
+            file=MANIFEST_NAME,
+        )
+    if pinned_revision:
+        ev.expected["revision"] = pinned_revision
+        if revision != pinned_revision:
+            ev.add(
+                f"source revision {revision!r} is not the revision the profile qualifies ({pinned_revision})",
+                file=MANIFEST_NAME,
+            )
+    return ev
+
+
+def _path_problem(path: str) -> str | None:
+    p = PurePosixPath(path)
+    if not path or path != path.strip():
+        return "is empty or has surrounding whitespace"
+    if "\\" in path or re.match(r"^[A-Za-z]:", path):
+        return "is not a POSIX relative path"
+    if p.is_absolute():
+        return "is absolute; manifest paths are relative to the checkpoint root"
+    if ".." in p.parts:
+        return "contains '..' and would leave the checkpoint directory"
+    if any(part in ("", ".") for part in path.split("/")):
+        return "is not normalised (empty or '.' components)"
+    return None
+
+
+def storage_roots(root: Path) -> tuple[Path, ...]:
+    """Where a checkpoint's files may really live: its folder, and for a hub cache snapshot its repo's blobs.
+
+    The hub's cache keeps a snapshot (``models--ORG--NAME/snapshots/COMMIT/``) as symlinks into
+    the repository's content-addressed ``blobs/`` folder; those links do not leave the
+    release, while a link anywhere else does.
+    """
+    real_root = Path(root).resolve()
+    snapshots = Path(root).absolute().parent
+    repo_dir = snapshots.parent
+    if snapshots.name == "snapshots" and repo_dir.name.startswith("models--"):
+        return real_root, (repo_dir / "blobs").resolve()
+    return (real_root,)
+
+
+def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
+    """Every path is relative, stays inside the checkpoint (symlinks included) and is listed once."""
+    ev = Evidence("manifest paths are relative, unique and stay inside the checkpoint")
+    root = Path(root)
+    allowed = storage_roots(root)
+    checked = 0
+    for section, base in (("output", root), ("source", None)):
+        # The raw JSON has not passed the schema yet: any part of it may have any type.
+        sec = manifest_raw.get(section)
+        files = sec.get("files") if isinstance(sec, dict) else None
+        files = files if isinstance(files, list) else []
+        counts = Counter(f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str))
+        for path, n in counts.items():
+            if n > 1:
+                ev.add(f"{section} file {path!r} is listed {n} times", file=MANIFEST_NAME)
+        for f in files:
+            path = f.get("path") if isinstance(f, dict) else None
+            if not isinstance(path, str):
+                ev.add(f"{section} file entry has no path", file=MANIFEST_NAME)
+                continue
+            checked += 1
+            problem = _path_problem(path)
+            if problem:
+                ev.add(f"{section} path {path!r} {problem}", file=MANIFEST_NAME)
+                continue
+            if base is not None:
+                target = base / path
+                try:
+                    resolved = target.resolve()
+                except (OSError, RuntimeError) as exc:
+                    ev.add(f"output path {path!r} cannot be resolved: {exc}", file=MANIFEST_NAME)
+                    continue
+                if not any(resolved.is_relative_to(r) for r in allowed):
+                    ev.add(f"output path {path!r} resolves outside the checkpoint (to {resolved})", file=path)
+    ev.measured["paths_checked"] = checked
+    if checked == 0:
+        ev.add("the manifest lists no files", file=MANIFEST_NAME)
+    return ev
+
+
+def list_checkpoint_files(root: Path) -> list[str]:
+    """Regular files under ``root`` as '/'-separated relative paths, skipping dot-directories (.git, .cache)."""
+    root = Path(root)
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts[:-1]):
+            continue
+        if p.is_file() or p.is_symlink():
+            out.append(rel.as_posix())
+    return out
+
+
+def check_file_list(manifest: Manifest, root: Path) -> Evidence:
+    """The manifest's output list and the checkpoint directory name the same load-relevant files."""
+    ev = Evidence("every file that affects loading is listed in the manifest, and every listed file exists")
+    present = set(list_checkpoint_files(root))
+    listed = {f.path for f in manifest.output_files}
+    for path in sorted(listed - present):
+        ev.add("listed in the manifest but missing from the checkpoint", file=path)
+    for path in sorted(present - listed - {MANIFEST_NAME}):
+        if path.endswith(LOAD_RELEVANT_SUFFIXES):
+            ev.add("present in the checkpoint but not listed in the manifest (unverified content)", file=path)
+    if MANIFEST_NAME in listed:
+        ev.add("the manifest lists itself; its own checksum cannot be inside it", file=MANIFEST_NAME)
+    ev.measured.update(files_listed=len(listed), files_present=len(present))
+    return ev
+
+
+def check_checksums(files: tuple[FileEntry, ...], root: Path, *, what: str, complete: bool = False) -> Evidence:
+    """Every listed file's size and streamed sha256 equal the manifest's.
+
+    With ``complete``, every load-relevant file under ``root`` must also be listed: a source
+    whose weights are missing from the list would otherwise be "verified" by its config alone.
+    """
+    ev = Evidence(f"{what} files match the manifest's sha256 and size")
+    root = Path(root)
+    if not files:
+        ev.add(f"the manifest lists no {what} files", file=MANIFEST_NAME)
+        return ev
+    if complete:
+        listed = {f.path for f in files}
+        for rel in list_checkpoint_files(root):
+            if rel.endswith(LOAD_RELEVANT_SUFFIXES) and rel not in listed and rel != MANIFEST_NAME:
+                ev.add(f"{what} file is not listed in the manifest: its content is unverified", file=rel)
+    to_hash: list[tuple[FileEntry, Path]] = []
+    for f in files:
+        if _path_problem(f.path):
+            ev.add(f"not hashed: unsafe path {f.path!r}", file=MANIFEST_NAME)
+            continue
+        path = root / f.path
+        if not path.is_file():
+            ev.add(f"{what} file is missing", file=f.path)
+            continue
+        size = path.stat().st_size
+        if size != f.size:
+            ev.add(f"size is {size} bytes, the manifest says {f.size}", file=f.path)
+        to_hash.append((f, path))
+    try:
+        digests = sha256_files([p for _, p in to_hash], labels=[f.path for f, _ in to_hash])
+    except CheckpointError as exc:
+        ev.add(exc.detail, file=exc.file)
+        return ev
+    for f, path in to_hash:
+        got = digests[path]
+        if got != f.sha256:
+            ev.add(f"sha256 is {got}, the manifest says {f.sha256}", file=f.path)
+    ev.measured.update(files_hashed=len(to_hash), bytes_hashed=sum(p.stat().st_size for _, p in to_hash))
+    return ev
+
+
+def check_output_coverage(manifest: Manifest, checkpoint: Checkpoint) -> Evidence:
+    """The manifest's output tensors and the checkpoint's tensors are the same set, with the same dtype and shape."""
+    ev = Evidence("every tensor in the checkpoint is named by the manifest, and every named tensor exists as claimed")
+    claimed: dict[str, OutputTensor] = {}
+    for entry in manifest.tensors:
+        for out in entry.outputs:
+            if out.name in claimed:
+                ev.add(f"output tensor is claimed by two manifest entries (again by '{entry.source_name}')",
+                       file=MANIFEST_NAME, tensor=out.name)
+            claimed[out.name] = out
+        _check_entry_shape(entry, ev)
+    actual = set(checkpoint.names())
+    for name in sorted(set(claimed) - actual):
+        ev.add("named by the manifest but missing from the checkpoint", tensor=name, file=MANIFEST_NAME)
+    for name in sorted(actual - set(claimed)):
+        ev.add("present in the checkpoint but not named by the manifest", tensor=name, file=checkpoint.file_of(name))
+    for name in sorted(actual & set(claimed)):
+        info, out = checkpoint.info(name), claimed[name]
+        if info.dtype != out.dtype or tuple(info.shape) != tuple(out.shape):
+            ev.add(f"is {info.dtype} {list(info.shape)}, the manifest says {out.dtype} {list(out.shape)}",
+                   tensor=name, file=checkpoint.file_of(name))
+    ev.measured.update(manifest_outputs=len(claimed), checkpoint_tensors=len(actual))
+    if not actual:
+        ev.add("the checkpoint has no tensors")
+    return ev
+
+
+def _check_entry_shape(entry: TensorEntry, ev: Evidence) -> None:
+    """An entry's outputs must be what its action produces from its source."""
+    name = entry.source_name
+    if entry.action == "quantized":
+        weight, scale = entry.outputs[0], entry.outputs[1] if len(entry.outputs) > 1 else None
+        if weight.name != name:
+            ev.add(f"quantized output is named '{weight.name}', expected the source name", tensor=name,
+                   file=MANIFEST_NAME)
+        if scale is None or scale.name != name + SCALE_SUFFIX:
+            ev.add(f"quantized tensor needs a scale output named '{name}{SCALE_SUFFIX}'", tensor=name,
+                   file=MANIFEST_NAME)
+        if tuple(weight.shape) != entry.source_shape:
+            ev.add(f"quantized shape {list(weight.shape)} differs from the source shape {list(entry.source_shape)}",
+                   tensor=name, file=MANIFEST_NAME)
+    else:
+        out = entry.outputs[0]
+        if out.name != name or out.dtype != entry.source_dtype or tuple(out.shape) != entry.source_shape:
+            ev.add(f"{entry.action} tensor must be copied unchanged, but the manifest maps it to "
+                   f"'{out.name}' {out.dtype} {list(out.shape)}", tensor=name, file=MANIFEST_NAME)
+
+
+def check_source_coverage(manifest: Manifest, source: Checkpoint) -> Evidence:
+    """Every source tensor is accounted for exactly once (quantized, kept or excluded), as it is in the source."""
+    ev = Evidence("every source tensor is quantized, kept or excluded exactly once")
+    counts = Counter(t.source_name for t in manifest.tensors)
+    for name, n in sorted(counts.items()):
+        if n > 1:
+            ev.add(f"accounted for {n} times", tensor=name, file=MANIFEST_NAME)
+    actual = set(source.names())
+    for name in sorted(actual - set(counts)):
+        ev.add("source tensor is not accounted for by the manifest (dropped silently?)", tensor=name,
+               file=source.file_of(name))
+    for name in sorted(set(counts) - actual):
+        ev.add("the manifest names a source tensor that the source does not have", tensor=name, file=MANIFEST_NAME)
+    for entry in manifest.tensors:
+        if entry.source_name in actual:
+            info = source.info(entry.source_name)
+            if info.dtype != entry.source_dtype or tuple(info.shape) != entry.source_shape:
+                ev.add(f"source is {info.dtype} {list(info.shape)}, the manifest says "
+                       f"{entry.source_dtype} {list(entry.source_shape)}", tensor=entry.source_name,
+                       file=source.file_of(entry.source_name))
+    ev.measured.update(
+        source_tensors=len(actual), **{a: sum(1 for t in manifest.tensors if t.action == a) for a in ACTIONS}
+    )
+    if not actual:
+        ev.add("the source checkpoint has no tensors")
+    return ev
+
+
+def recompute_statistics(
+    entry: TensorEntry, checkpoint: Checkpoint, source: Checkpoint, recipe: str | None
+) -> statistics.WeightStatistics:
+    weight = checkpoint.tensor(entry.source_name)
+    scale = checkpoint.tensor(entry.source_name + SCALE_SUFFIX)
+    q = mxfp8.MXFP8Weight(data=weight, scale=scale)
+    return statistics.weight_statistics(source.tensor(entry.source_name), q, recipe or mxfp8.ScaleRecipe.MODELOPT)
+
+
+def check_statistics(
+    manifest: Manifest, checkpoint: Checkpoint, source: Checkpoint, *, rtol: float, atol: float
+) -> Evidence:
+    """Per-weight and aggregate statistics recomputed from the tensors agree with the manifest's claims."""
+    ev = Evidence(f"per-weight and aggregate quantization statistics recomputed from the tensors "
+                  f"agree with the manifest (rtol {rtol:g}, atol {atol:g})")
+    ev.expected.update(rtol=rtol, atol=atol)
+    recomputed: list[statistics.WeightStatistics] = []
+    quantized = manifest.quantized
+    if not quantized:
+        ev.add("the manifest marks no tensor as quantized: there is nothing to verify", file=MANIFEST_NAME)
+        return ev
+
+    def recompute(entry: TensorEntry) -> statistics.WeightStatistics | tuple[str, str | None]:
+        """The statistics, or the finding (message, file) that says why there are none."""
+        name = entry.source_name
+        if name not in checkpoint or name + SCALE_SUFFIX not in checkpoint or name not in source:
+            return "cannot recompute: weight, scale or source tensor is missing", None
+        try:
+            return recompute_statistics(entry, checkpoint, source, manifest.scale_recipe)
+        except CheckpointError as exc:
+            return exc.detail, exc.file
+        except (TypeError, ValueError) as exc:  # dtypes or shapes that are not MXFP8 at all
+            return f"cannot recompute statistics: {exc}", checkpoint.file_of(name)
+
+    # Tensors are recomputed on worker threads, a few at a time, and reported in manifest order.
+    sizes = [source.info(e.source_name).nbytes if e.source_name in source else 0 for e in quantized]
+    with StepProgress("statistics", f"{len(quantized)} tensors", sum(sizes)) as bar:
+        for entry, size, stats in zip(quantized, sizes, thread_map(recompute, quantized), strict=True):
+            bar.advance(size)
+            name = entry.source_name
+            if isinstance(stats, tuple):
+                message, file = stats
+                ev.add(message, tensor=name, file=file)
+                continue
+            recomputed.append(stats)
+            diffs = statistics.compare(entry.statistics or {}, stats.to_dict(), rtol=rtol, atol=atol)
+            if diffs:
+                ev.add("statistics differ from the tensors: " + "; ".join(diffs), tensor=name, file=MANIFEST_NAME)
+    if len(recomputed) == len(quantized):
+        agg = statistics.aggregate(recomputed)
+        diffs = statistics.compare(manifest.aggregate, agg.to_dict(), rtol=rtol, atol=atol)
+        if diffs:
+            ev.add("aggregate statistics differ from the tensors: " + "; ".join(diffs), file=MANIFEST_NAME)
+        ev.measured["aggregate"] = agg.to_dict()
+    ev.measured["tensors_recomputed"] = len(recomputed)
+    return ev
+
+
+# --------------------------------------------------------------------------- writing
+# Writing a manifest decides no verdict (what is written is checked by the functions above when
+# it is read back), so mutation testing leaves this section out; see the README's reliability section.
+# pragma: no mutate block
+
+
+def file_entries(root: Path, paths: list[str]) -> list[dict[str, Any]]:
+    digests = sha256_files([Path(root) / p for p in paths], labels=paths)
+    return [{"path": p, "sha256": digests[Path(root) / p], "size": (Path(root) / p).stat().st_size} for p in paths]
+
+
+def build_manifest(
+    *,
+    source_dir: Path,
+    output_dir: Path,
+    source_repo: str,
+    source_revision: str,
+    entries: list[dict[str, Any]],
+    aggregate: statistics.AggregateStatistics,
+    recipe: str | None,
+    excluded_modules: list[str],
+    producer: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest document for a conversion whose files are all written (except the manifest)."""
+    from qualify.schemas import validate
+
+    output_files = [p for p in list_checkpoint_files(output_dir) if p != MANIFEST_NAME]
+    doc: dict[str, Any] = {
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "producer": producer or {"name": "qualify", "version": __version__},
+        "source": {"repo": source_repo, "revision": source_revision,
+                   "files": file_entries(source_dir, list_checkpoint_files(source_dir))},
+        "output": {"files": file_entries(output_dir, output_files)},
+        "quantization": {
+            "format": "MXFP8",
+            "element_dtype": "float8_e4m3fn",
+            "scale_dtype": "uint8",
+            "scale_encoding": "e8m0-biased-127",
+            "block_size": mxfp8.BLOCK_SIZE,
+            "block_axis": "input",
+            "scale_layout": "row-major-unswizzled",
+            "scale_recipe": recipe,
+            "excluded_modules": list(excluded_modules),
+        },
+        "tensors": entries,
+        "aggregate": aggregate.to_dict(),
+    }
+    validate(doc, "manifest", what="the manifest being written")
+    return doc
+
+
+def write_manifest(output_dir: Path, doc: dict[str, Any]) -> Path:
+    import json
+
+    from qualify.util.atomic import atomic_write_text
+
+    path = Path(output_dir) / MANIFEST_NAME
+    atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return path

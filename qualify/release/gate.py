@@ -1,0 +1,214 @@
+"""The release gate: may *this* checkpoint ship on the strength of *this* report?
+
+A report can be valid and say "qualified" and still not license a release: it may be
+about other files, other conditions, or fewer levels than the release needs. The gate
+refuses unless every one of these holds, and names each one that does not:
+
+- the report validates against its schema and its stored verdict recomputes from its
+  checks (:func:`qualify.report.model.read_json`), and the verdict is "qualified";
+- the run was not interrupted and recorded no harness errors;
+- every required level is in the report and ``passed`` (failed, skipped, error,
+  not-run or missing are refusals). The required levels are ``--require``, else the
+  shipped profile's ``levels.required`` -- never the run's own list, since
+  ``qualify check --levels structure`` makes a "qualified" report of one level;
+- a report made under a shipped profile's name was made under that profile's exact
+  bytes (its sha256), so an edited copy with fewer requirements cannot pass as it;
+- the checkpoint identity matches what is being released: with a directory, every
+  file the report lists has the same size and sha256 there, and every load-relevant
+  file there is in the report; with a revision, the report's checkpoint revision is it.
+
+:func:`refusals` is pure (report, facts in; reasons out); :func:`describe_checkpoint`
+does the I/O of hashing a directory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from qualify.checkpoint.checksums import sha256_files
+from qualify.checkpoint.manifest import FileEntry, list_checkpoint_files
+from qualify.errors import CheckpointError, UsageError
+from qualify.report.model import LEVELS, Run, Status, Verdict
+
+REVISION_RE = re.compile(r"[0-9a-f]{40}")
+
+#: Files a runtime never reads when it loads a checkpoint: a model card added or edited
+#: after qualification must not block the release. Everything else is load-relevant
+#: (weights, configs, tokenizer files, custom code), so an unknown file is a refusal.
+NOT_LOAD_RELEVANT_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
+NOT_LOAD_RELEVANT_STEMS = ("LICENSE", "LICENCE", "NOTICE", "COPYING")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the release pipeline says it is releasing, and what it requires."""
+
+    required_levels: tuple[str, ...]
+    checkpoint_files: tuple[FileEntry, ...] | None = None  # the directory's files, when --checkpoint is given
+    revision: str | None = None
+    profile_sha256: str | None = None  # the shipped profile's, when the report names a shipped profile
+    allow_unpinned: bool = False  # accept a run whose runtime was launched from a moving tag or revision
+
+
+def is_load_relevant(rel: str) -> bool:
+    name = PurePosixPath(rel).name
+    if any(part.startswith(".") for part in PurePosixPath(rel).parts):
+        return False  # .git/, .cache/huggingface/ download metadata, .gitattributes: never loaded
+    if name.lower().endswith(NOT_LOAD_RELEVANT_SUFFIXES):
+        return False
+    return name.upper().split(".")[0] not in NOT_LOAD_RELEVANT_STEMS
+
+
+def list_files(root: Path) -> list[str]:
+    """The checkpoint's files as the report listed them: the very listing ``qualify check`` records."""
+    return list_checkpoint_files(root)
+
+
+def describe_checkpoint(root: Path) -> tuple[FileEntry, ...]:
+    """Size and sha256 of every file in the directory about to be released."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"{root}: not a checkpoint directory")
+    rels = list_files(root)
+    for rel in rels:
+        if not (root / rel).is_file():
+            # The release itself is broken, not the command line: a refusal, not a usage error.
+            raise CheckpointError("a broken link or not a regular file; it cannot be hashed", file=rel)
+    # A file that cannot be read raises CheckpointError naming it: the gate cannot vouch for it.
+    digests = sha256_files([root / r for r in rels], labels=rels)
+    return tuple(FileEntry(r, digests[root / r], (root / r).stat().st_size) for r in rels)
+
+
+def shipped_profile(run: Run) -> tuple[tuple[str, ...], str] | None:
+    """(required levels, sha256) of the shipped profile the report names; None if it names no shipped one."""
+    from qualify.profile import list_profiles, load_profile
+
+    name = run.profile.get("name")
+    if name not in list_profiles():
+        return None
+    profile = load_profile(name)
+    return profile.required_levels, profile.sha256
+
+
+def parse_require(text: str) -> tuple[str, ...]:
+    levels = [s.strip() for s in text.split(",") if s.strip()]
+    if not levels:
+        raise UsageError("--require names no level; give a comma-separated list, e.g. structure,format")
+    unknown = [lv for lv in levels if lv not in LEVELS]
+    if unknown:
+        raise UsageError(f"--require: unknown level(s) {', '.join(unknown)}; known levels: {', '.join(LEVELS)}")
+    return tuple(dict.fromkeys(levels))
+
+
+def check_revision_argument(revision: str) -> str:
+    if not REVISION_RE.fullmatch(revision):
+        raise UsageError(
+            f"--revision {revision!r} is not an immutable commit (40 lowercase hex); a branch or tag can move "
+            "after the gate has passed"
+        )
+    return revision
+
+
+def refusals(run: Run, expected: Expected) -> list[str]:
+    """Every reason the report does not license this release; empty means it does."""
+    reasons: list[str] = []
+    # The command line refuses these as usage errors; the function refuses them too, so
+    # no caller can get a pass by asking for nothing.
+    if not expected.required_levels:
+        reasons.append("no level is required, so the report cannot show that anything was qualified")
+    if expected.checkpoint_files is None and expected.revision is None:
+        reasons.append("no checkpoint identity (directory or revision) to compare the report with")
+    if run.interrupted:
+        reasons.append(f"the run was interrupted ({run.interrupted}) before it finished")
+    for err in run.errors:
+        reasons.append(f"the run recorded a harness error: {err}")
+    runtime = run.environment.get("runtime") or {}
+    if runtime.get("reproducible") is False and not expected.allow_unpinned:
+        moving = "; ".join(str(u) for u in (runtime.get("plan") or {}).get("unpinned") or []) or "unpinned"
+        reasons.append(f"the runtime was launched unpinned, so the run is not reproducible ({moving}); pin the "
+                       "image digest and revisions, or pass --allow-unpinned to accept that")
+
+    by_name = {lvl.name: lvl for lvl in run.levels}
+    for name in expected.required_levels:
+        lvl = by_name.get(name)
+        if lvl is None:
+            reasons.append(f"required level {name} is missing from the report")
+        elif lvl.status is not Status.PASSED:
+            bad = [f"{c.id} {c.status}" for c in lvl.checks if c.status is not Status.PASSED]
+            why = f" ({', '.join(bad)})" if bad else (f" ({lvl.reason})" if lvl.reason else " (no check ran)")
+            reasons.append(f"required level {name} is {lvl.status}{why}")
+    if run.verdict is not Verdict.QUALIFIED and not (run.interrupted or run.errors):
+        # A level the run required but the release does not still makes the report "not qualified".
+        others = [f"{lvl.name} {lvl.status}" for lvl in run.required_levels
+                  if lvl.status is not Status.PASSED and lvl.name not in expected.required_levels]
+        if not run.required_levels:
+            reasons.append("the report's verdict is not qualified: the run required no level")
+        elif others:
+            reasons.append(f"the report's verdict is not qualified: the run also required {', '.join(others)}")
+
+    if expected.profile_sha256 is not None and run.profile.get("sha256") != expected.profile_sha256:
+        reasons.append(
+            f"the report was made under profile {run.profile.get('name')} with sha256 "
+            f"{run.profile.get('sha256') or '(none recorded)'}, but the shipped profile of that name has sha256 "
+            f"{expected.profile_sha256}: its conditions are not the ones this release is qualified under"
+        )
+
+    if expected.revision is not None:
+        recorded = run.checkpoint.get("revision")
+        if not recorded:
+            reasons.append(f"the report records no checkpoint revision, so it cannot vouch for {expected.revision}")
+        elif recorded != expected.revision:
+            reasons.append(f"the report is about checkpoint revision {recorded}, not {expected.revision}")
+
+    if expected.checkpoint_files is not None:
+        reasons.extend(identity_refusals(run.checkpoint.get("files") or [], expected.checkpoint_files))
+    if run.verdict is not Verdict.QUALIFIED and not reasons:
+        # Unreachable by the rules above; kept so that no future rule can let a "not qualified" report through.
+        reasons.append("the report's verdict is not qualified")
+    return reasons
+
+
+def stored_contradictions(data: dict, run: Run) -> list[str]:
+    """Derived fields the report file stores (level statuses, qualified levels) that its checks do not give.
+
+    ``read_json`` recomputes the verdict; a level status or qualified-level list edited by
+    hand is just as much a sign that the file is not what the run wrote.
+    """
+    out = []
+    derived = {lvl.name: str(lvl.status) for lvl in run.levels}
+    for stored in data.get("levels", []):
+        name = stored.get("name")
+        if name in derived and stored.get("status") != derived[name]:
+            out.append(f"the report's level {name} says {stored.get('status')} but its checks give {derived[name]}; "
+                       "the report was altered or is corrupt")
+    if list(data.get("qualified_levels", [])) != run.qualified_levels:
+        out.append(f"the report's qualified levels {data.get('qualified_levels')} contradict its checks "
+                   f"({run.qualified_levels}); the report was altered or is corrupt")
+    return out
+
+
+def identity_refusals(reported: Sequence[dict], actual: Sequence[FileEntry]) -> list[str]:
+    """The report's ``checkpoint.files`` against the directory being released."""
+    if not reported:
+        return ["the report lists no checkpoint files, so it cannot vouch for any directory"]
+    here = {f.path: f for f in actual}
+    out = []
+    seen = set()
+    for rec in sorted(reported, key=lambda r: r["path"]):
+        path = rec["path"]
+        seen.add(path)
+        got = here.get(path)
+        if got is None:
+            out.append(f"{path}: in the report but missing from the checkpoint directory")
+        elif rec.get("sha256") is None:
+            out.append(f"{path}: the report recorded no sha256 for it (hashing failed during the run)")
+        elif rec["sha256"] != got.sha256 or rec["size"] != got.size:
+            out.append(f"{path}: differs from the qualified file (size {rec['size']} -> {got.size}, "
+                       f"sha256 {rec['sha256'][:12]}... -> {got.sha256[:12]}...)")
+    for path in sorted(set(here) - seen):
+        if is_load_relevant(path):
+            out.append(f"{path}: in the checkpoint directory but not in the report (unqualified content)")
+    return out

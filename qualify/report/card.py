@@ -1,0 +1,407 @@
+"""The model card's "Validation status" section, written from a report alone.
+
+A card that is written by hand can say more than was shown; this one can only say
+what the report's passed checks recorded. Every clause below has a condition, and
+when the condition does not hold the clause is left out, never softened.
+
+Status words (the seed card's, not the level titles): ``structure`` -> "checkpoint
+structure"; ``format`` *and* ``reproduction`` passed -> "exact format reproduction"
+(the seed's one phrase for both; either alone is named by what it showed, so a card
+never claims the format was reproduced exactly when the format level failed);
+``load`` -> "loading"; ``smoke`` -> "smoke inference"; other levels by their titles.
+
+What the runtime detected and loaded is read from the *measured* values of passed
+checks of passed levels; a failed level proves nothing, even where one of its checks
+passed. The contract, for the load and smoke suites' authors:
+
+- **Log evidence** (the layout :func:`qualify.runtime.log_evidence.check_log_evidence` writes):
+  a check's ``measured["items"]`` maps each profile ``[[evidence]]`` name to the record
+  of what matched, ``{"line": str, "matches": int, "gb": [number, ...]}`` (``gb`` only
+  for items with ``expected_gb``), or to ``None`` when nothing matched. The card reads
+  these names, and its words come from the matched ``line``, so a card never names a
+  method or kernel the log did not print:
+
+  - ``modelopt_mxfp8_detected`` (load): "detected ModelOpt MXFP8", if the line says
+    ModelOpt MXFP8;
+  - ``b12x_mxfp8_linear_kernel_draft_gemms`` (load): "selected <K> for draft GEMMs",
+    K the ``...LinearKernel`` class the line names;
+  - ``b12x_mxfp8_linear_kernel_context_kv_proj`` (load): "... and the fused DFlash
+    context K/V projection" (the same K), or "... and <K2> for the fused ..." (another);
+  - ``draft_weights_loaded`` (load): "loaded <gb, 2 decimals> <unit> of draft
+    weights", when every ``gb`` value agrees to 2 decimals; the unit (GB or GiB) is the
+    one the line prints after that number, so 1.20 GiB is never written as 1.20 GB;
+  - ``speculative_request_completed`` (smoke): makes the request "speculative" (the
+    speculator drafted tokens).
+
+- **The smoke request**: a passed smoke check records ``measured["completion_tokens"]``
+  (int > 0), or ``measured["completions"]``, a list of
+  :meth:`qualify.serving.client.Completion.to_dict` records that all have the same
+  ``completion_tokens``. The card writes "completed a <N>-token speculative request"
+  (without "speculative" when no ``speculative_request_completed`` evidence passed).
+
+Pure functions: a :class:`~qualify.report.model.Run` in, text out. :mod:`qualify.report.markdown`
+shares the condition lines and the status head with this module.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from qualify.report.model import LEVEL_TITLES, Check, Run, Status, Verdict
+
+#: Levels that need the runtime; their conditions (target, image, GPUs, backends) only apply to them.
+RUNTIME_LEVELS = ("load", "smoke", "acceptance", "losslessness", "throughput")
+
+#: The seed card's words for a level that passed.
+CARD_WORDS: dict[str, str] = {
+    **LEVEL_TITLES,
+    # Said only when the format level did not also pass; with it, both are "exact format reproduction".
+    "reproduction": "bit-exact reproduction from the source",
+}
+FORMAT_REPRODUCTION_WORDS = "exact format reproduction"
+
+# Names of the profile's [[evidence]] items the card reads (see the module docstring).
+QUANTIZATION_ITEM = "modelopt_mxfp8_detected"
+DRAFT_GEMM_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_draft_gemms"
+CONTEXT_KV_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_context_kv_proj"
+WEIGHTS_ITEM = "draft_weights_loaded"
+SPECULATIVE_ITEM = "speculative_request_completed"
+
+# What the card may say was detected, and the text a matched line must hold to say it.
+_QUANTIZATION_WORDS = ((re.compile(r"(?i)\bmodelopt[\s_-]*mxfp8\b"), "ModelOpt MXFP8"),)
+_KERNEL = re.compile(r"\b([A-Z]\w*LinearKernel)\b")
+_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s*(GiB|GB)\b")
+
+# The integration the support sentence names besides the detected quantization: what
+# this harness qualifies (DFlash 2 drafts served by vLLM), not something a report measures.
+SPECULATOR_WORDS = "DFlash 2"
+RUNTIME_FAMILY = "vLLM"
+
+_NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+_LAYOUT_WORDS = {"row-major-unswizzled": "row-major and unswizzled"}
+
+
+# -- words ------------------------------------------------------------------------------
+
+
+def join_words(items: list[str]) -> str:
+    """"a", "a and b", "a, b, and c" (the seed's serial comma)."""
+    if len(items) <= 1:
+        return "".join(items)
+    if len(items) == 2:
+        return f"{items[0]} and {items[1]}"
+    return ", ".join(items[:-1]) + f", and {items[-1]}"
+
+
+def number_words(n: int) -> str:
+    return _NUMBERS.get(n, str(n))
+
+
+def indefinite_article(n: int) -> str:
+    """ "a" or "an" before a number read aloud: an 8-token, an 11-token, an 18-token, a 32-token."""
+    digits = str(n)
+    # 11 and 18 (and 11_000, 18_000_000, ...) are read "eleven", "eighteen" when their group has two digits.
+    two_digit_lead = len(digits) % 3 == 2 and digits[:2] in ("11", "18")
+    return "an" if digits.startswith("8") or two_digit_lead else "a"
+
+
+# -- conditions -------------------------------------------------------------------------
+
+
+def passed_check(run: Run, check_id: str) -> Check | None:
+    """The check with this id if it, and its level, passed; None otherwise (a failed level proves nothing)."""
+    for lvl in run.levels:
+        if lvl.status is not Status.PASSED:
+            continue
+        for c in lvl.checks:
+            if c.id == check_id and c.status is Status.PASSED and c.evidence is not None:
+                return c
+    return None
+
+
+def measured(run: Run, check_id: str, key: str) -> Any:
+    c = passed_check(run, check_id)
+    return c.evidence.measured.get(key) if c and c.evidence else None
+
+
+def checkpoint_conditions(run: Run) -> list[str]:
+    """What the checkpoint levels' verdict is about: which files, from which source, in which format."""
+    c = run.profile.get("conditions") or {}
+    ck, src = run.checkpoint, c.get("source") or {}
+    lines = []
+    what = ck.get("repo") or ck.get("path")
+    if what:
+        manifest = f" (conversion_manifest.json sha256 {ck['manifest_sha256']})" if ck.get("manifest_sha256") else ""
+        lines.append(f"- Checkpoint: {what}{manifest}")
+    if src.get("repo"):
+        at = f" at immutable revision {src['revision']}" if src.get("revision") else ""
+        lines.append(f"- Source: {src['repo']}{at}")
+    f = c.get("format") or {}
+    if f:
+        excluded = ", ".join(f.get("excluded_modules") or []) or "none"
+        lines.append(
+            f"- Format: {f.get('element_dtype')} weights, biased E8M0 scales stored as {f.get('scale_dtype')}, "
+            f"1x{f.get('block_size')} blocks along the input dimension, "
+            f"{_LAYOUT_WORDS.get(str(f.get('scale_layout')), f.get('scale_layout'))} scales, excluded: {excluded}"
+        )
+    recipe = measured(run, "reproduction.quantized_tensors", "recipe")
+    if recipe:
+        lines.append(f"- Reproduced with the reference quantizer's '{recipe}' scale recipe")
+    return lines
+
+
+def runtime_conditions(conditions: dict[str, Any]) -> list[str]:
+    """The runtime conditions in the model card's words (target, runtime, hardware, parallelism, backends)."""
+    c = conditions
+    lines = []
+    t = c.get("target") or {}
+    if t.get("repo"):
+        lines.append(f"- Target: {t['repo']}" + (f" revision {t['revision']}" if t.get("revision") else " (unpinned)"))
+    rt = c.get("runtime") or {}
+    if rt.get("image"):
+        lines.append(f"- Runtime: {rt['image']}" + (f" ({rt['digest']})" if rt.get("digest") else ""))
+    hw = c.get("hardware") or {}
+    if hw.get("count"):
+        lines.append(f"- Hardware: {number_words(hw['count'])} {hw.get('name') or 'GPU'} GPUs")
+    elif hw:
+        lines.append("- Hardware: CPU only (no GPU)")
+    par = c.get("parallelism") or {}
+    if par:
+        lines.append(f"- Parallelism: tensor parallel size {par.get('tensor_parallel_size')} and decode-context "
+                     f"parallel size {par.get('decode_context_parallel_size')}")
+    b = c.get("backends") or {}
+    target = [b.get(k) for k in ("target_attention", "target_moe", "target_linear", "target_all_reduce")]
+    if target and all(target) and len(set(target)) == 1:
+        lines.append(f"- Target attention, MoE, linear, and tensor-parallel all-reduce: {target[0]}")
+    else:
+        labels = (("target_attention", "Target attention"), ("target_moe", "Target MoE"),
+                  ("target_linear", "Target linear"), ("target_all_reduce", "Target tensor-parallel all-reduce"))
+        for key, label in labels:
+            if b.get(key):
+                lines.append(f"- {label}: {b[key]}")
+    if b.get("dflash_attention"):
+        lines.append(f"- DFlash attention: {b['dflash_attention']}")
+    if b.get("dflash_linear"):
+        lines.append(f"- DFlash linear: {b['dflash_linear']}")
+    if c.get("proposal_length"):
+        n = c["proposal_length"]
+        lines.append(f"- DFlash proposal length: {number_words(n)} token{'s' if n != 1 else ''}")
+    if c.get("draft_kv_cache"):
+        lines.append(f"- DFlash KV cache: {c['draft_kv_cache']}")
+    if c.get("cuda_graph_mode"):
+        lines.append(f"- CUDA graph mode: {c['cuda_graph_mode']} for the load-and-inference qualification")
+    return lines
+
+
+def ran_runtime_levels(run: Run) -> bool:
+    return any(lvl.name in RUNTIME_LEVELS for lvl in run.levels)
+
+
+# -- status -----------------------------------------------------------------------------
+
+
+def status_head(run: Run, claimed: list[str], not_passed: list[str]) -> str:
+    """The "Status:" sentence: ``claimed`` are the words for what passed, ``not_passed`` for what did not.
+
+    Shared by report.md and the card, so both say "qualified" under exactly the same rule:
+    the run's derived verdict.
+    """
+    if run.verdict is Verdict.QUALIFIED:
+        return f"Status: qualified for {join_words(claimed)} under the following conditions:"
+    head = "Status: not qualified."
+    if run.interrupted:
+        head += f" The run was interrupted ({run.interrupted}) before it finished."
+    if run.errors:
+        head += " The harness reported errors: " + "; ".join(run.errors) + "."
+    if not_passed:
+        head += f" Not passed: {join_words(not_passed)}."
+    if claimed:
+        head += f" Passed, but not sufficient for a release: {join_words(claimed)}."
+    return head + " Conditions of this run:"
+
+
+def card_words(run: Run) -> list[str]:
+    """The seed's words for the levels that passed, in run order."""
+    passed = [lvl.name for lvl in run.levels if lvl.required and lvl.status is Status.PASSED]
+    words = []
+    for name in passed:
+        if {"format", "reproduction"} <= set(passed) and name in ("format", "reproduction"):
+            if FORMAT_REPRODUCTION_WORDS not in words:
+                words.append(FORMAT_REPRODUCTION_WORDS)
+            continue
+        words.append(CARD_WORDS.get(name, name))
+    return words
+
+
+def _not_passed_words(run: Run) -> list[str]:
+    return [f"{CARD_WORDS.get(lvl.name, lvl.name)} ({lvl.status})" for lvl in run.levels
+            if lvl.required and lvl.status is not Status.PASSED]
+
+
+# -- runtime facts ----------------------------------------------------------------------
+
+
+def passed_measured(run: Run, level: str) -> list[dict[str, Any]]:
+    """The measured values of the passed checks of ``level``, if the level itself passed; none otherwise."""
+    for lvl in run.levels:
+        if lvl.name == level and lvl.status is Status.PASSED:
+            return [c.evidence.measured for c in lvl.checks if c.status is Status.PASSED and c.evidence is not None]
+    return []
+
+
+def evidence_item(run: Run, level: str, name: str) -> dict[str, Any] | None:
+    """The record of evidence item ``name`` found by a passed check of the passed ``level``."""
+    for m in passed_measured(run, level):
+        items = m.get("items")
+        record = items.get(name) if isinstance(items, dict) else None
+        if isinstance(record, dict) and isinstance(record.get("line"), str) and record["line"].strip():
+            return record
+    return None
+
+
+def _line(run: Run, level: str, name: str) -> str | None:
+    record = evidence_item(run, level, name)
+    return record["line"] if record else None
+
+
+def detected_quantization(run: Run) -> str | None:
+    line = _line(run, "load", QUANTIZATION_ITEM)
+    if line is None:
+        return None
+    return next((words for pattern, words in _QUANTIZATION_WORDS if pattern.search(line)), None)
+
+
+def _kernel(run: Run, name: str) -> str | None:
+    line = _line(run, "load", name)
+    found = _KERNEL.search(line) if line else None
+    return found.group(1) if found else None
+
+
+def kernel_clause(run: Run) -> str | None:
+    gemms = _kernel(run, DRAFT_GEMM_KERNEL_ITEM)
+    kv = _kernel(run, CONTEXT_KV_KERNEL_ITEM)
+    if gemms and kv:
+        if gemms == kv:
+            return f"selected {gemms} for draft GEMMs and the fused DFlash context K/V projection"
+        return f"selected {gemms} for draft GEMMs and {kv} for the fused DFlash context K/V projection"
+    if gemms:
+        return f"selected {gemms} for draft GEMMs"
+    if kv:
+        return f"selected {kv} for the fused DFlash context K/V projection"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int to Python, never a size or a count to a reader.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def weights_clause(run: Run) -> str | None:
+    record = evidence_item(run, "load", WEIGHTS_ITEM)
+    if record is None:
+        return None
+    values = record.get("gb")
+    values = values if isinstance(values, list) else [values]
+    if not values or not all(_is_number(v) and v > 0 for v in values):
+        return None
+    shown = {f"{v:.2f}" for v in values}
+    if len(shown) != 1:
+        return None  # the log printed sizes that differ at the precision the card would print
+    # The unit the log printed after that number: "1.20 GiB" is not 1.20 GB, and the card says which.
+    unit = next((m.group(2) for m in _SIZE.finditer(record["line"]) if float(m.group(1)) == float(values[0])), None)
+    if unit is None:
+        return None
+    return f"loaded {shown.pop()} {unit} of draft weights"
+
+
+def completed_tokens(run: Run) -> int | None:
+    """The token count of the smoke request, from the first passed smoke check that records one."""
+    for m in passed_measured(run, "smoke"):
+        value = m.get("completion_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        completions = m.get("completions")
+        if isinstance(completions, list) and completions:
+            counts = {x.get("completion_tokens") if isinstance(x, dict) else None for x in completions}
+            n = next(iter(counts)) if len(counts) == 1 else None
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                return n
+    return None
+
+
+def request_clause(run: Run) -> str | None:
+    tokens = completed_tokens(run)
+    if tokens is None:
+        return None
+    speculative = " speculative" if evidence_item(run, "smoke", SPECULATIVE_ITEM) else ""
+    return f"completed {indefinite_article(tokens)} {tokens}-token{speculative} request"
+
+
+def runtime_facts(run: Run) -> list[str]:
+    """The clauses of "The runtime detected ..., selected ..., loaded ..., and completed ...", in that order."""
+    quantization = detected_quantization(run)
+    clauses = [f"detected {quantization}"] if quantization else []
+    clauses += [c for c in (kernel_clause(run), weights_clause(run), request_clause(run)) if c]
+    return clauses
+
+
+def not_qualified_sentence(run: Run, *, after_smoke: bool) -> str | None:
+    items = [str(x) for x in (run.profile.get("conditions") or {}).get("not_qualified") or []]
+    if not items:
+        return None
+    text = join_words(items)
+    verb = "is" if len(items) == 1 else "are"
+    by = " by that smoke test" if after_smoke else ""
+    return f"{text[:1].upper()}{text[1:]} {verb} not qualified{by}."
+
+
+def support_sentence(run: Run) -> str | None:
+    """Which runtime builds the checkpoint needs: said only once loading passed and the quantization was detected."""
+    quantization = detected_quantization(run)
+    if not quantization:
+        return None
+    return (f"The checkpoint is unsupported in {RUNTIME_FAMILY} builds that do not contain the {SPECULATOR_WORDS} "
+            f"and {quantization} integration used by the qualified runtime.")
+
+
+def validation_status_section(run: Run, *, heading: str | None = "## Validation status") -> str:
+    """The card's section: status, conditions, what the runtime showed, what was not qualified."""
+    out = []
+    if heading:
+        out += [heading, ""]
+    out.append(status_head(run, card_words(run), _not_passed_words(run)))
+    conditions = (runtime_conditions(run.profile.get("conditions") or {}) if ran_runtime_levels(run)
+                  else checkpoint_conditions(run))
+    if conditions:
+        out += ["", *conditions]
+    facts = runtime_facts(run)
+    after_smoke = completed_tokens(run) is not None
+    paragraph = []
+    if facts:
+        paragraph.append(f"The runtime {join_words(facts)}.")
+    note = reproducibility_note(run)
+    if note:
+        paragraph.append(note)
+    nq = not_qualified_sentence(run, after_smoke=after_smoke)
+    if nq:
+        paragraph.append(nq)
+    if paragraph:
+        out += ["", " ".join(paragraph)]
+    support = support_sentence(run)
+    if support:
+        out += ["", support]
+    return "\n".join(out) + "\n"
+
+
+
+def reproducibility_note(run: Run) -> str | None:
+    """Say so when the runtime ran from a moving tag or revision (allowed with --allow-unpinned)."""
+    runtime = run.environment.get("runtime") or {}
+    if runtime.get("reproducible") is not False:
+        return None
+    unpinned = (runtime.get("plan") or {}).get("unpinned") or []
+    what = f" ({'; '.join(str(u) for u in unpinned)})" if unpinned else ""
+    return (f"Not reproducible: the runtime was launched from a moving image tag or revision{what}, "
+            "allowed with --allow-unpinned; pin the image digest and every revision for a release.")

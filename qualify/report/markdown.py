@@ -1,0 +1,200 @@
+"""Human-readable renderings of a :class:`~qualify.report.model.Run` (pure: text in, text out)."""
+
+from __future__ import annotations
+
+from qualify.report.card import (
+    RUNTIME_LEVELS,
+    checkpoint_conditions,
+    join_words,
+    reproducibility_note,
+    runtime_conditions,
+    status_head,
+)
+from qualify.report.model import LEVEL_TITLES, LEVELS, Check, LevelResult, Run, Status
+
+# checkpoint_conditions and runtime_conditions live in qualify.report.card (the card and report.md
+# share them); they stay importable from here for callers that knew them here.
+__all__ = ["checkpoint_conditions", "condition_lines", "render_markdown", "runtime_conditions", "summary_lines",
+           "validation_status"]
+
+_MARK = {
+    Status.PASSED: "passed",
+    Status.FAILED: "**FAILED**",
+    Status.SKIPPED: "skipped",
+    Status.ERROR: "**ERROR**",
+    Status.NOT_RUN: "not run",
+}
+
+
+def condition_lines(run: Run) -> list[str]:
+    lines = checkpoint_conditions(run)
+    if any(lvl.name in RUNTIME_LEVELS for lvl in run.levels):
+        lines += runtime_conditions(run.profile.get("conditions") or {})
+    return lines
+
+
+def validation_status(run: Run) -> str:
+    """A "Validation status" paragraph in the seed's style, claiming exactly the levels that passed."""
+    required = [lvl for lvl in run.levels if lvl.required]
+    passed = [lvl.title for lvl in required if lvl.status is Status.PASSED]
+    not_passed = [f"{lvl.title} ({lvl.status})" for lvl in required if lvl.status is not Status.PASSED]
+    out = [status_head(run, passed, not_passed)]
+    out.extend(condition_lines(run))
+    note = reproducibility_note(run)
+    if note:
+        out += ["", note]
+    ran = {lvl.name for lvl in run.levels}
+    conditions = run.profile.get("conditions") or {}
+    not_qualified = [str(x) for x in conditions.get("not_qualified") or []]
+    # A measured level is in the report with its figures, but it qualifies nothing.
+    measured = {lvl.name for lvl in run.levels if not lvl.required}
+    not_qualified += [LEVEL_TITLES[n] + (" (measured only)" if n in measured else "") for n in LEVELS
+                      if (n not in ran or n in measured) and LEVEL_TITLES[n] not in not_qualified]
+    if not_qualified:
+        out.append("")
+        out.append(f"Not qualified by this run: {join_words(not_qualified)}.")
+    return "\n".join(out)
+
+
+def _finding_lines(check: Check) -> list[str]:
+    if check.evidence is None:
+        return []
+    lines = [f"  - {f}" for f in check.evidence.findings]
+    total = check.evidence.findings_total or len(check.evidence.findings)
+    if total > len(check.evidence.findings):
+        lines.append(f"  - ... and {total - len(check.evidence.findings)} more (see report.json)")
+    return lines
+
+
+CHART_KEY = "position_chart_svg"
+
+
+def chart_file(check: Check) -> str | None:
+    """The file name a check's chart is written to beside report.md, if the check drew one."""
+    if check.evidence and isinstance(check.evidence.measured.get(CHART_KEY), str):
+        return f"{check.id}.svg"
+    return None
+
+
+def _level_section(level: LevelResult) -> list[str]:
+    out = [f"### {level.title} (`{level.name}`): {_MARK[level.status]}", ""]
+    if not level.checks:
+        out.append(f"No check ran: {level.reason or 'not run'}.")
+        out.append("")
+        return out
+    out.append("| check | status | what was checked | time |")
+    out.append("|---|---|---|---|")
+    for c in level.checks:
+        what = (c.message or c.title).replace("|", "\\|").replace("\n", " ")
+        out.append(f"| `{c.id}` | {_MARK[c.status]} | {what} | {c.duration_s:.2f} s |")
+    out.append("")
+    for c in level.checks:
+        if c.status in (Status.FAILED, Status.ERROR):
+            out.append(f"`{c.id}` {c.status}: {c.message}")
+            out.extend(_finding_lines(c))
+            out.append("")
+    for c in level.checks:
+        name = chart_file(c)
+        if name:
+            out += [f"Per-position draft acceptance (`{c.id}`, bars with their confidence intervals):", "",
+                    f"![per-position acceptance]({name})", ""]
+    return out
+
+
+def _local_server_lines(local: object) -> list[str]:
+    """Where the serving levels ran when the harness started local servers: a reader must see what was served."""
+    if not isinstance(local, dict):
+        return []
+    out = ["## Serving runtime", "", f"- {local.get('note', '')}"]
+    for what in ("target", "draft"):
+        ident = local.get(what) or {}
+        out.append(f"- Served {what}: `{ident.get('path')}` (content revision `{ident.get('revision')}`)")
+    for name, server in (local.get("servers") or {}).items():
+        ready = server.get("ready_s")
+        out.append(f"- `{name}` server: {server.get('plan', {}).get('endpoint')}, ready after "
+                   f"{ready:.1f} s, log `{server.get('log')}`" if isinstance(ready, (int, float)) else
+                   f"- `{name}` server: not ready, log `{server.get('log')}`")
+    return [*out, ""]
+
+
+def render_markdown(run: Run) -> str:
+    ck = run.checkpoint
+    out = [
+        f"# Qualification report `{run.run_id}`",
+        "",
+        f"**Verdict: {run.verdict}**",
+        "",
+        "## Validation status",
+        "",
+        validation_status(run),
+        "",
+        "## Levels",
+        "",
+        "| level | required | status | checks |",
+        "|---|---|---|---|",
+    ]
+    for lvl in run.levels:
+        counts = {s: sum(1 for c in lvl.checks if c.status is s) for s in Status}
+        summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
+        out.append(f"| {lvl.title} | {'yes' if lvl.required else 'no (measured)'} | {_MARK[lvl.status]} | {summary} |")
+    out.append("")
+    for lvl in run.levels:
+        out.extend(_level_section(lvl))
+    out += _local_server_lines(run.environment.get("local_server"))
+    out += ["## Checkpoint", "", f"- Path: `{ck.get('path')}`"]
+    if ck.get("manifest_sha256"):
+        out.append(f"- Manifest sha256: `{ck['manifest_sha256']}`")
+    for key in ("repo", "revision"):
+        if ck.get(key):
+            out.append(f"- {key.capitalize()}: `{ck[key]}`")
+    src = run.source
+    if src.get("path") or src.get("repo"):
+        out.append(f"- Source: `{src.get('repo') or src.get('path')}`"
+                   + (f" at `{src['revision']}`" if src.get("revision") else ""))
+    files = ck.get("files") or []
+    if files:
+        out += ["", "| file | size | sha256 |", "|---|---|---|"]
+        out += [f"| `{f['path']}` | {f['size']} | `{f['sha256']}` |" for f in files]
+    env = run.environment
+    out += [
+        "",
+        "## Run",
+        "",
+        f"- Harness: qualify {run.harness_version}",
+        f"- Profile: `{run.profile.get('name')}` (sha256 `{run.profile.get('sha256')}`)",
+        f"- Started: {run.started_at}; finished: {run.finished_at}",
+        f"- Command: `{' '.join(run.command)}`" if run.command else "- Command: (library call)",
+        f"- Python {env.get('python')} on {env.get('platform')}",
+        "- Packages: " + ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items()),
+    ]
+    if run.errors:
+        out += ["", "## Harness errors", ""] + [f"- {e}" for e in run.errors]
+    return "\n".join(out) + "\n"
+
+
+def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
+    """One line per level, the failed checks under it with their first findings, then the verdict."""
+    lines = []
+    for lvl in run.levels:
+        n = len(lvl.checks)
+        lines.append(f"{lvl.name:<13} {lvl.status!s:<8} {n} check{'s' if n != 1 else ''}"
+                     + (f" ({lvl.reason})" if not lvl.checks and lvl.reason else ""))
+        for c in lvl.checks:
+            if c.status in (Status.FAILED, Status.ERROR):
+                rule = c.evidence.summary if c.evidence and c.message == c.evidence.summary else None
+                lines.append(f"  {c.status!s} {c.id} (rule: {rule})" if rule else f"  {c.status!s} {c.id}: {c.message}")
+                shown = c.evidence.findings[:findings_per_check] if c.evidence else []
+                lines.extend(f"    - {f}" for f in shown)
+                total = (c.evidence.findings_total or 0) if c.evidence else 0
+                if total > len(shown):
+                    lines.append(f"    - ... {total - len(shown)} more in the report")
+        # Grouped by their own reason: a broken input, or an earlier level that did not pass.
+        not_run: dict[str, list[str]] = {}
+        for c in lvl.checks:
+            if c.status is Status.NOT_RUN:
+                not_run.setdefault(c.message.removeprefix("not run: ") or "no reason recorded", []).append(c.id)
+        lines.extend(f"  not run ({reason}): {', '.join(ids)}" for reason, ids in not_run.items())
+    if run.interrupted:
+        lines.append(f"interrupted: {run.interrupted}")
+    lines.append(f"verdict: {run.verdict}")
+    return lines

@@ -1,0 +1,184 @@
+"""One qualification run from inputs to verdict: what ``qualify run`` and ``make qualify`` do.
+
+In order: resolve the draft and its source (local folders, or the hub at the pinned
+commits), lay out the levels, prepare the runtimes the levels need (the profile's
+locally built image, the local vLLM servers of ``[local_server]``), run the suites
+level by level, tear everything down and write the report.
+Whatever fails on the way is recorded in the report, which is always written; a step
+that cannot even begin is a harness error of the run, so its verdict is "not qualified".
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qualify.checkpoint.checksums import folder_revision
+from qualify.errors import UsageError
+from qualify.profile import Profile
+from qualify.report.model import LEVELS, Run
+
+CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
+SERVING_LEVELS = LEVELS[LEVELS.index("smoke"):]
+
+
+@dataclass
+class RunOptions:
+    """What a run was asked to do; the CLI fills it from its arguments."""
+
+    profile: Profile
+    levels: Sequence[str]
+    report_dir: Path
+    checkpoint: Path | None = None  # a local draft folder; None = the hub at the draft revision
+    source: Path | None = None  # a local source folder; None = the hub at the profile's source revision
+    fetch_source: bool = True  # False (qualify check): no --source means the source checks are skipped
+    target: Path | None = None  # a local target folder for [local_server]; None = the profile's
+    draft_revision: str | None = None
+    image_digest: str | None = None
+    allow_unpinned: bool = False
+    hf_cache: Path | None = None  # a hub cache: downloads land there, and the runtime mounts it
+    endpoint: str | None = None
+    reference_endpoint: str | None = None
+    junit_xml: Path | None = None
+    command: Sequence[str] = ()
+    extra_suite_args: Sequence[str] = ()
+
+
+@dataclass
+class Resolved:
+    """One input of the run: where its files are and which immutable revision they are."""
+
+    path: Path | None
+    repo: str | None
+    revision: str | None
+    revision_source: str  # "--draft-revision", "profile", "content of the local folder", "hub", ...
+    obtained: str  # "local folder" or "hub"
+    errors: list[str] = field(default_factory=list)
+    hub: dict[str, Any] | None = None
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": str(self.path) if self.path else None, "repo": self.repo,
+                               "revision": self.revision, "revision_source": self.revision_source,
+                               "obtained": self.obtained}
+        if self.hub is not None:
+            out["hub"] = self.hub
+        return out
+
+
+def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resolved:
+    from qualify.checkpoint import hub
+
+    access = hub.hub_access(cache_dir=cache_dir)
+    try:
+        path = hub.download(repo, revision, access=access, cache_dir=cache_dir)
+    except (hub.HubError, UsageError) as exc:
+        return Resolved(None, repo, revision, "hub", "hub", errors=[f"{what} {repo}@{revision}: {exc}"],
+                        hub=access.to_dict())
+    return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict())
+
+
+def resolve_checkpoint(opts: RunOptions) -> Resolved:
+    """The draft: a local folder (its revision given, pinned, or its content's) or the hub at its commit."""
+    profile = opts.profile
+    repo = profile.data["checkpoint"]["repo"]
+    pinned = profile.data["checkpoint"]["revision"] or None
+    if opts.draft_revision is not None:
+        profile.launch_env(draft_revision=opts.draft_revision)  # a malformed or contradicting one: usage error
+    revision, source = (opts.draft_revision, "--draft-revision") if opts.draft_revision else (pinned, "profile")
+    if opts.checkpoint is not None:
+        if not opts.checkpoint.is_dir():
+            raise UsageError(f"{opts.checkpoint}: not a checkpoint directory")
+        if revision is None:
+            # A folder with no hub history is identified by what it holds: any change of a byte changes it.
+            revision, source = folder_revision(opts.checkpoint), "content of the local folder"
+        return Resolved(opts.checkpoint, repo, revision, source, "local folder")
+    if revision is None:
+        raise UsageError(f"profile {profile.name} pins no draft revision: give --draft-revision COMMIT (the release "
+                         "candidate's immutable commit) or --checkpoint DIR")
+    return _fetch(repo, revision, "draft", opts.hf_cache)
+
+
+def resolve_source(opts: RunOptions) -> Resolved:
+    profile = opts.profile
+    repo, revision = profile.source_repo, profile.source_revision
+    if opts.source is not None:
+        if not opts.source.is_dir():
+            raise UsageError(f"{opts.source}: not a source checkpoint directory")
+        return Resolved(opts.source, repo, revision, "profile", "local folder")
+    if (not opts.fetch_source or not any(lv in CHECKPOINT_LEVELS for lv in opts.levels) or repo is None
+            or revision is None):
+        return Resolved(None, repo, revision, "profile", "not needed")
+    return _fetch(repo, revision, "source", opts.hf_cache)
+
+
+def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
+    # --name=VALUE, never two arguments: see runner.run_suites.
+    out = [f"--runtime-log-dir={run_dir}"]
+    for flag, value in (("--draft-revision", draft.revision), ("--image-digest", opts.image_digest),
+                        ("--hf-cache", opts.hf_cache), ("--endpoint", opts.endpoint),
+                        ("--reference-endpoint", opts.reference_endpoint), ("--junitxml", opts.junit_xml)):
+        if value:
+            out.append(f"{flag}={value}")
+    if opts.allow_unpinned:
+        out.append("--allow-unpinned")
+    if opts.image_digest is None and "load" in opts.levels and opts.profile.image_build \
+            and not opts.profile.data["runtime"]["image_digest"]:
+        # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.
+        out.append("--build-image")
+    return out + list(opts.extra_suite_args)
+
+
+def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
+    """Run every asked level in order; returns the run, its folder and pytest's exit code."""
+    from qualify.run.runner import claim_run_dir, finish_run, new_run, run_suites
+    from qualify.serving.client import check_endpoint
+    from qualify.serving.local_servers import LocalServing
+
+    # A malformed URL is the caller's mistake: refused before any input is fetched or level run.
+    check_endpoint(opts.endpoint)
+    check_endpoint(opts.reference_endpoint, "--reference-endpoint")
+    profile = opts.profile
+    draft = resolve_checkpoint(opts)
+    source = resolve_source(opts)
+    run = new_run(profile, draft.path, source.path, opts.levels, command=opts.command)
+    run.checkpoint.update(draft.record())
+    run.source.update(source.record())
+    run_dir = claim_run_dir(opts.report_dir, run)
+    run.errors.extend(draft.errors + source.errors)
+    if run.errors:
+        # Without the files there is nothing to check: say so in a report rather than fail every check.
+        for lvl in run.levels:
+            lvl.reason = "not run: the inputs could not be obtained (see errors)"
+        finish_run(run, run_dir)
+        return run, run_dir, 1
+
+    local: LocalServing | None = None
+    if profile.local_server is not None and opts.endpoint is None and any(lv in SERVING_LEVELS for lv in opts.levels):
+        # Started by the first serving check that needs it: none when an earlier level failed. A missing
+        # vLLM venv or model folder is then reported by every serving check.
+        local = LocalServing(profile, run_dir, target=opts.target)
+
+    def before_finish(r: Run) -> None:
+        if local is not None:
+            local.stop()
+            if local.used:
+                r.environment["local_server"] = local.summary()
+
+    try:
+        code = run_suites(run, profile=profile, checkpoint=draft.path, source=source.path, report_dir=run_dir,
+                          extra_args=_suite_args(opts, run_dir, draft), local_serving=local,
+                          before_finish=before_finish)
+    finally:
+        if local is not None:
+            with contextlib.suppress(Exception):
+                local.stop()
+    if run.finished_at is None:  # the suites never reached their end (e.g. pytest refused its arguments)
+        run.errors.append("the qualification suites did not run to their end")
+        finish_run(run, run_dir)
+    return run, run_dir, code
+
+
+__all__ = ["Resolved", "RunOptions", "resolve_checkpoint", "resolve_source", "run_qualification"]

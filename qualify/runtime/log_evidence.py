@@ -1,0 +1,85 @@
+"""The profile's ``[[evidence]]`` items, looked for in a runtime's log.
+
+Each item names what the model card says the runtime showed ("detected ModelOpt MXFP8",
+"loaded 1.20 GB of draft weights") and a regex for the log line that shows it. An item
+that no line matches is a finding: missing evidence is a failed check, never a pass.
+An item with ``expected_gb`` compares the number its ``gb`` group captured; when several
+lines match, *every* captured number must agree, because picking the convenient one
+would let a log that also says "9.99 GiB" pass.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from qualify.profile import Profile
+from qualify.report.model import Evidence
+from qualify.util.redact import redact
+
+_MAX_LINE = 300  # characters of a matched line kept as evidence
+
+
+def evidence_items(profile: Profile, level: str) -> list[dict[str, Any]]:
+    return [e for e in profile.data.get("evidence", []) if e["level"] == level]
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    line = text[start:] if end < 0 else text[start:end]
+    return redact(line.strip())[:_MAX_LINE]
+
+
+def check_log_evidence(log_text: str, profile: Profile, level: str, *, log_name: str = "server log") -> Evidence:
+    """Every ``level`` evidence item of ``profile`` is shown by ``log_text`` (and its number agrees)."""
+    items = evidence_items(profile, level)
+    ev = Evidence(f"the {log_name} shows the profile's {len(items)} {level} evidence item(s)")
+    ev.measured["log_lines"] = log_text.count("\n") + (1 if log_text and not log_text.endswith("\n") else 0)
+    found: dict[str, Any] = {}
+    ev.measured["items"] = found
+    if not items:
+        ev.add(f"the profile has no {level} evidence items: nothing would show that the runtime loaded the draft")
+        return ev
+    if not log_text.strip():
+        ev.add(f"the {log_name} is empty")
+    for item in items:
+        name = item["name"]
+        ev.expected[name] = {"description": item["description"], "pattern": item["pattern"],
+                             **({"gb": item["expected_gb"], "tolerance_gb": item["tolerance_gb"]}
+                                if "expected_gb" in item else {})}
+        matches = list(re.finditer(item["pattern"], log_text, re.MULTILINE))
+        if not matches:
+            found[name] = None
+            ev.add(f"missing evidence {name!r}: no line of the {log_name} matches {item['pattern']!r} "
+                   f"({item['description']})", file=log_name)
+            continue
+        record: dict[str, Any] = {"line": _line_at(log_text, matches[0].start()), "matches": len(matches)}
+        found[name] = record
+        if "expected_gb" in item:
+            values = [float(m.group("gb")) for m in matches]
+            record["gb"] = values
+            want, tol = float(item["expected_gb"]), float(item["tolerance_gb"])
+            off = [v for v in values if abs(v - want) > tol]
+            if off:
+                ev.add(f"evidence {name!r}: the log shows {', '.join(f'{v:g}' for v in values)} GB, the profile "
+                       f"expects {want:g} +/- {tol:g} ({item['description']})", file=log_name)
+    return ev
+
+
+def wait_for_log_evidence(read_new: Callable[[], str], profile: Profile, level: str, *, log_name: str,
+                          timeout_s: float, poll_s: float = 0.5) -> Evidence:
+    """:func:`check_log_evidence` on what ``read_new`` returns, re-read until it passes or ``timeout_s`` ends.
+
+    A server writes some evidence only periodically (vLLM logs its speculative-decoding
+    metrics every few seconds), so a line that is not there yet is not yet missing.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ev = check_log_evidence(read_new(), profile, level, log_name=log_name)
+        if ev.ok or time.monotonic() >= deadline:
+            ev.measured["waited_up_to_s"] = timeout_s
+            return ev
+        time.sleep(poll_s)

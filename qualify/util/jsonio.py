@@ -1,0 +1,174 @@
+"""Strict JSON for the files the harness judges: one parser for every JSON it reads.
+
+Python's ``json`` silently keeps the last of two duplicate keys; in a manifest, a
+quantization config or a safetensors header that would let one file say two things, so
+duplicates are errors, located by their JSON path. NaN and Infinity are not JSON (they
+would let a statistic compare as "equal"); lone UTF-16 surrogates cannot be written as
+UTF-8; every position is given in bytes of the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qualify.errors import CheckpointError
+
+
+class JsonProblem(Exception):
+    """A JSON document breaks a rule; ``path`` locates it (keys and list indices)."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = (), duplicate: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.duplicate = duplicate
+
+
+class _DupDict(dict[str, Any]):
+    """A JSON object that had a repeated key; ``duplicate`` is the first one repeated."""
+
+    duplicate: str
+
+
+def _is_utf8_encodable(s: str) -> bool:
+    # JSON escapes can produce lone surrogates ("\ud800"), which no UTF-8 consumer can
+    # represent: serde_json rejects them, and printing such a name would crash the log.
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _pairs_hook(saw_duplicate: list[bool]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    # Python's json keeps the last of repeated keys without a word; a loader in another
+    # language may keep the first. The hook cannot know where in the document it is, so
+    # it marks the object and the caller finds the path afterwards.
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        for key, value in pairs:
+            if not _is_utf8_encodable(key) or (isinstance(value, str) and not _is_utf8_encodable(value)):
+                raise JsonProblem(
+                    "a string holds a lone UTF-16 surrogate escape, which is not valid Unicode"
+                )
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        seen: set[str] = set()
+        marked = _DupDict(obj)
+        for key, _ in pairs:
+            if key in seen:
+                marked.duplicate = key
+                break
+            seen.add(key)
+        saw_duplicate[0] = True
+        return marked
+
+    return hook
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; serde_json refuses them, Python's json accepts them.
+    raise JsonProblem(f"'{name}' is not a JSON value")
+
+
+def _find_duplicate(obj: Any) -> tuple[tuple[str | int, ...], str] | None:
+    """The path to the first object, in document order, that repeated a key."""
+    # Iterative so that a deeply nested (but parseable) document cannot overflow the stack.
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), obj)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, _DupDict):
+            return path, node.duplicate
+        if isinstance(node, dict):
+            children: list[tuple[str | int, Any]] = list(node.items())
+        elif isinstance(node, list):
+            children = list(enumerate(node))
+        else:
+            continue
+        stack.extend((((*path, k), v) for k, v in reversed(children)))
+    return None
+
+
+def parse_strict(text: str, byte_base: int) -> Any:
+    """Parse strictly. ``byte_base`` is the file offset of ``text``, for error positions."""
+    saw_duplicate = [False]
+    decoder = json.JSONDecoder(object_pairs_hook=_pairs_hook(saw_duplicate), parse_constant=_reject_constant)
+    try:
+        obj = decoder.decode(text)
+    except json.JSONDecodeError as exc:
+        at = byte_base + len(text[: exc.pos].encode("utf-8", "surrogatepass"))
+        raise JsonProblem(
+            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (byte {at} of the file)"
+        ) from None
+    except RecursionError:
+        raise JsonProblem("not valid JSON here: nested too deeply to parse") from None
+    except JsonProblem:
+        raise
+    except ValueError as exc:
+        # Python refuses to convert integers of more than 4300 digits; no real size is that long.
+        raise JsonProblem(f"not valid JSON here: {exc}") from None
+    if saw_duplicate[0]:
+        found = _find_duplicate(obj)
+        if found is not None:
+            path, key = found
+            raise JsonProblem(f"duplicate key '{key}'", path, duplicate=key)
+    return obj
+
+
+def json_path(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number with a fraction or exponent"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def load_json_file(
+    path: Path, *, display: str | None = None, error: type[CheckpointError] = CheckpointError,
+    require_object: bool = False,
+) -> Any:
+    """Read and strictly parse ``path``; every failure is ``error`` naming the file (``display``)."""
+    shown = display or str(path)
+    try:
+        # A FIFO or device would block read_bytes() forever; only regular files are read.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise error("not a regular file", file=shown)
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error("file is missing", file=shown) from None
+    except OSError as exc:
+        raise error(f"cannot read: {exc.strerror or exc}", file=shown) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"not valid UTF-8 at byte {exc.start}: {exc.reason}", file=shown) from None
+    try:
+        obj = parse_strict(text, byte_base=0)
+    except JsonProblem as exc:
+        where = f" at {json_path(exc.path)}" if exc.path else ""
+        raise error(f"{exc.message}{where}", file=shown) from None
+    if require_object and not isinstance(obj, dict):
+        raise error(f"top level must be a JSON object, got {type_name(obj)}", file=shown)
+    return obj
