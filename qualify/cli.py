@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from qualify import __version__
 from qualify.commands import COMMAND_MODULES, EPILOG, EXIT_ERROR, EXIT_NOT_QUALIFIED
 from qualify.errors import HarnessError, QualifyError, UsageError
+from qualify.util.escape import escape_terminal
+from qualify.util.redact import redact
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,13 +42,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"qualify: error: {exc}", file=sys.stderr)
+        print(f"qualify: error: {escape_terminal(redact(str(exc)))}", file=sys.stderr)
         return EXIT_ERROR
     except HarnessError as exc:
-        print(f"qualify: harness error: {exc}", file=sys.stderr)
+        print(f"qualify: harness error: {escape_terminal(redact(str(exc)))}", file=sys.stderr)
         return EXIT_ERROR
     except QualifyError as exc:
-        print(f"qualify: error: {exc}", file=sys.stderr)
+        print(f"qualify: error: {escape_terminal(redact(str(exc)))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("qualify: interrupted", file=sys.stderr)
@@ -54,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug in the harness: say so in one line, keep the traceback for those who ask
         if os.environ.get("QUALIFY_DEBUG"):
             traceback.print_exc()
-        print(f"qualify: internal error: {type(exc).__name__}: {exc} (a harness bug; set QUALIFY_DEBUG=1 for the "
-              "traceback)", file=sys.stderr)
+        print(f"qualify: internal error: {type(exc).__name__}: {escape_terminal(redact(str(exc)))} "
+              "(a harness bug; set QUALIFY_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED
 from qualify.errors import UsageError
+from qualify.util.escape import escape_terminal
 
 EPILOG = """\
 exit codes:
@@ -96,15 +97,19 @@ def run(args: argparse.Namespace) -> int:
         return _refuse(reasons)
     what = []
     if files is not None:
-        what.append(f"{len(files)} files in {args.checkpoint} match the report")
+        # The files the report vouches for (all of them matched, or the gate refused above); files it
+        # does not list are only the ones that never load, and they are not "matched".
+        matched = len({str(f.get("path")) for f in report.checkpoint.get("files") or []})
+        what.append(f"{matched} files in {args.checkpoint} match the report")
     if revision is not None:
         what.append(f"revision {revision} matches")
-    print(f"qualified: {', '.join(required)} passed in report {report.run_id}; {'; '.join(what)}")
+    print(escape_terminal(f"qualified: {', '.join(required)} passed in report {report.run_id}; {'; '.join(what)}"))
     return EXIT_QUALIFIED
 
 
 def _refuse(reasons: list[str]) -> int:
     for reason in reasons:
-        # One line per reason, whatever a message carries, so a CI log greps cleanly.
-        print("refused: " + " ".join(reason.split("\n")))
+        # One line per reason, whatever a message carries (escaped: a name from the report can
+        # neither start a line of its own nor move the cursor), so a CI log greps cleanly.
+        print("refused: " + escape_terminal(reason))
     return EXIT_NOT_QUALIFIED

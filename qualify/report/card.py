@@ -50,6 +50,7 @@ import re
 from typing import Any
 
 from qualify.report.model import LEVEL_TITLES, Check, Run, Status, Verdict
+from qualify.util.escape import escape_markdown
 
 #: Levels that need the runtime; their conditions (target, image, GPUs, backends) only apply to them.
 RUNTIME_LEVELS = ("load", "smoke", "acceptance", "losslessness", "throughput")
@@ -133,14 +134,15 @@ def checkpoint_conditions(run: Run) -> list[str]:
     lines = []
     what = ck.get("repo") or ck.get("path")
     if what:
-        manifest = f" (conversion_manifest.json sha256 {ck['manifest_sha256']})" if ck.get("manifest_sha256") else ""
-        lines.append(f"- Checkpoint: {what}{manifest}")
+        manifest = (f" (conversion_manifest.json sha256 {escape_markdown(ck['manifest_sha256'])})"
+                    if ck.get("manifest_sha256") else "")
+        lines.append(f"- Checkpoint: {escape_markdown(what)}{manifest}")
     if src.get("repo"):
-        at = f" at immutable revision {src['revision']}" if src.get("revision") else ""
-        lines.append(f"- Source: {src['repo']}{at}")
+        at = f" at immutable revision {escape_markdown(src['revision'])}" if src.get("revision") else ""
+        lines.append(f"- Source: {escape_markdown(src['repo'])}{at}")
     f = c.get("format") or {}
     if f:
-        excluded = ", ".join(f.get("excluded_modules") or []) or "none"
+        excluded = ", ".join(escape_markdown(m) for m in f.get("excluded_modules") or []) or "none"
         lines.append(
             f"- Format: {f.get('element_dtype')} weights, biased E8M0 scales stored as {f.get('scale_dtype')}, "
             f"1x{f.get('block_size')} blocks along the input dimension, "
@@ -148,7 +150,7 @@ def checkpoint_conditions(run: Run) -> list[str]:
         )
     recipe = measured(run, "reproduction.quantized_tensors", "recipe")
     if recipe:
-        lines.append(f"- Reproduced with the reference quantizer's '{recipe}' scale recipe")
+        lines.append(f"- Reproduced with the reference quantizer's '{escape_markdown(recipe)}' scale recipe")
     return lines
 
 
@@ -212,9 +214,9 @@ def status_head(run: Run, claimed: list[str], not_passed: list[str]) -> str:
         return f"Status: qualified for {join_words(claimed)} under the following conditions:"
     head = "Status: not qualified."
     if run.interrupted:
-        head += f" The run was interrupted ({run.interrupted}) before it finished."
+        head += f" The run was interrupted ({escape_markdown(run.interrupted)}) before it finished."
     if run.errors:
-        head += " The harness reported errors: " + "; ".join(run.errors) + "."
+        head += " The harness reported errors: " + "; ".join(escape_markdown(e) for e in run.errors) + "."
     if not_passed:
         head += f" Not passed: {join_words(not_passed)}."
     if claimed:
@@ -276,7 +278,7 @@ def detected_quantization(run: Run) -> str | None:
 def _kernel(run: Run, name: str) -> str | None:
     line = _line(run, "load", name)
     found = _KERNEL.search(line) if line else None
-    return found.group(1) if found else None
+    return escape_markdown(found.group(1)) if found else None
 
 
 def kernel_clause(run: Run) -> str | None:
@@ -402,6 +404,6 @@ def reproducibility_note(run: Run) -> str | None:
     if runtime.get("reproducible") is not False:
         return None
     unpinned = (runtime.get("plan") or {}).get("unpinned") or []
-    what = f" ({'; '.join(str(u) for u in unpinned)})" if unpinned else ""
+    what = f" ({'; '.join(escape_markdown(u) for u in unpinned)})" if unpinned else ""
     return (f"Not reproducible: the runtime was launched from a moving image tag or revision{what}, "
             "allowed with --allow-unpinned; pin the image digest and every revision for a release.")

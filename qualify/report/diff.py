@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qualify.report.model import LEVELS, Check, Run
+from qualify.util.escape import escape_lines
 
 _MISSING = object()
 _MAX_VALUE_CHARS = 100
@@ -87,7 +88,10 @@ def relevant(changes: list[Change]) -> list[Change]:
 
 
 def render(changes: list[Change], label_a: str, label_b: str) -> list[str]:
-    """Plain text: the two reports, the relevant changes, then the informational ones, then a count."""
+    """Plain text: the two reports, the relevant changes, then the informational ones, then a count.
+
+    Every line is escaped for a terminal: a file name or message from a report is shown, never obeyed.
+    """
     rel = [c for c in changes if c.relevant]
     info = [c for c in changes if not c.relevant]
     lines = [f"A: {label_a}", f"B: {label_b}", ""]
@@ -98,7 +102,7 @@ def render(changes: list[Change], label_a: str, label_b: str) -> list[str]:
         lines += [f"  {c}" for c in info]
     lines += ["", f"{len(rel)} verdict-relevant difference{'s' if len(rel) != 1 else ''}, "
                   f"{len(info)} informational"]
-    return lines
+    return escape_lines(lines)
 
 
 # -- files ------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from qualify.report.card import (
     status_head,
 )
 from qualify.report.model import LEVEL_TITLES, LEVELS, Check, LevelResult, Run, Status
+from qualify.util.escape import escape_lines, escape_markdown, markdown_code
+from qualify.util.redact import redact
 
 # checkpoint_conditions and runtime_conditions live in qualify.report.card (the card and report.md
 # share them); they stay importable from here for callers that knew them here.
@@ -59,7 +61,7 @@ def validation_status(run: Run) -> str:
 def _finding_lines(check: Check) -> list[str]:
     if check.evidence is None:
         return []
-    lines = [f"  - {f}" for f in check.evidence.findings]
+    lines = [f"  - {escape_markdown(f)}" for f in check.evidence.findings]
     total = check.evidence.findings_total or len(check.evidence.findings)
     if total > len(check.evidence.findings):
         lines.append(f"  - ... and {total - len(check.evidence.findings)} more (see report.json)")
@@ -79,18 +81,18 @@ def chart_file(check: Check) -> str | None:
 def _level_section(level: LevelResult) -> list[str]:
     out = [f"### {level.title} (`{level.name}`): {_MARK[level.status]}", ""]
     if not level.checks:
-        out.append(f"No check ran: {level.reason or 'not run'}.")
+        out.append(f"No check ran: {escape_markdown(level.reason or 'not run')}.")
         out.append("")
         return out
     out.append("| check | status | what was checked | time |")
     out.append("|---|---|---|---|")
     for c in level.checks:
-        what = (c.message or c.title).replace("|", "\\|").replace("\n", " ")
-        out.append(f"| `{c.id}` | {_MARK[c.status]} | {what} | {c.duration_s:.2f} s |")
+        what = escape_markdown(c.message or c.title)
+        out.append(f"| {markdown_code(c.id)} | {_MARK[c.status]} | {what} | {c.duration_s:.2f} s |")
     out.append("")
     for c in level.checks:
         if c.status in (Status.FAILED, Status.ERROR):
-            out.append(f"`{c.id}` {c.status}: {c.message}")
+            out.append(f"{markdown_code(c.id)} {c.status}: {escape_markdown(c.message)}")
             out.extend(_finding_lines(c))
             out.append("")
     for c in level.checks:
@@ -105,22 +107,24 @@ def _local_server_lines(local: object) -> list[str]:
     """Where the serving levels ran when the harness started local servers: a reader must see what was served."""
     if not isinstance(local, dict):
         return []
-    out = ["## Serving runtime", "", f"- {local.get('note', '')}"]
+    out = ["## Serving runtime", "", f"- {escape_markdown(local.get('note', ''))}"]
     for what in ("target", "draft"):
         ident = local.get(what) or {}
-        out.append(f"- Served {what}: `{ident.get('path')}` (content revision `{ident.get('revision')}`)")
+        out.append(f"- Served {what}: {markdown_code(ident.get('path'))} "
+                   f"(content revision {markdown_code(ident.get('revision'))})")
     for name, server in (local.get("servers") or {}).items():
         ready = server.get("ready_s")
-        out.append(f"- `{name}` server: {server.get('plan', {}).get('endpoint')}, ready after "
-                   f"{ready:.1f} s, log `{server.get('log')}`" if isinstance(ready, (int, float)) else
-                   f"- `{name}` server: not ready, log `{server.get('log')}`")
+        endpoint = escape_markdown(redact(str(server.get("plan", {}).get("endpoint"))))
+        out.append(f"- {markdown_code(name)} server: {endpoint}, ready after "
+                   f"{ready:.1f} s, log {markdown_code(server.get('log'))}" if isinstance(ready, (int, float)) else
+                   f"- {markdown_code(name)} server: not ready, log {markdown_code(server.get('log'))}")
     return [*out, ""]
 
 
 def render_markdown(run: Run) -> str:
     ck = run.checkpoint
     out = [
-        f"# Qualification report `{run.run_id}`",
+        f"# Qualification report {markdown_code(run.run_id)}",
         "",
         f"**Verdict: {run.verdict}**",
         "",
@@ -136,44 +140,49 @@ def render_markdown(run: Run) -> str:
     for lvl in run.levels:
         counts = {s: sum(1 for c in lvl.checks if c.status is s) for s in Status}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
-        out.append(f"| {lvl.title} | {'yes' if lvl.required else 'no (measured)'} | {_MARK[lvl.status]} | {summary} |")
+        out.append(f"| {escape_markdown(lvl.title)} | {'yes' if lvl.required else 'no (measured)'} | "
+                   f"{_MARK[lvl.status]} | {summary} |")
     out.append("")
     for lvl in run.levels:
         out.extend(_level_section(lvl))
     out += _local_server_lines(run.environment.get("local_server"))
-    out += ["## Checkpoint", "", f"- Path: `{ck.get('path')}`"]
+    out += ["## Checkpoint", "", f"- Path: {markdown_code(ck.get('path'))}"]
     if ck.get("manifest_sha256"):
-        out.append(f"- Manifest sha256: `{ck['manifest_sha256']}`")
+        out.append(f"- Manifest sha256: {markdown_code(ck['manifest_sha256'])}")
     for key in ("repo", "revision"):
         if ck.get(key):
-            out.append(f"- {key.capitalize()}: `{ck[key]}`")
+            out.append(f"- {key.capitalize()}: {markdown_code(ck[key])}")
     src = run.source
     if src.get("path") or src.get("repo"):
-        out.append(f"- Source: `{src.get('repo') or src.get('path')}`"
-                   + (f" at `{src['revision']}`" if src.get("revision") else ""))
+        out.append(f"- Source: {markdown_code(src.get('repo') or src.get('path'))}"
+                   + (f" at {markdown_code(src['revision'])}" if src.get("revision") else ""))
     files = ck.get("files") or []
     if files:
         out += ["", "| file | size | sha256 |", "|---|---|---|"]
-        out += [f"| `{f['path']}` | {f['size']} | `{f['sha256']}` |" for f in files]
+        out += [f"| {markdown_code(f['path'])} | {f['size']} | {markdown_code(f['sha256'])} |" for f in files]
     env = run.environment
     out += [
         "",
         "## Run",
         "",
         f"- Harness: qualify {run.harness_version}",
-        f"- Profile: `{run.profile.get('name')}` (sha256 `{run.profile.get('sha256')}`)",
-        f"- Started: {run.started_at}; finished: {run.finished_at}",
-        f"- Command: `{' '.join(run.command)}`" if run.command else "- Command: (library call)",
-        f"- Python {env.get('python')} on {env.get('platform')}",
+        f"- Profile: {markdown_code(run.profile.get('name'))} (sha256 {markdown_code(run.profile.get('sha256'))})",
+        f"- Started: {escape_markdown(run.started_at)}; finished: {escape_markdown(run.finished_at)}",
+        f"- Command: {markdown_code(redact(' '.join(run.command)))}" if run.command else "- Command: (library call)",
+        f"- Python {escape_markdown(env.get('python'))} on {escape_markdown(env.get('platform'))}",
         "- Packages: " + ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items()),
     ]
     if run.errors:
-        out += ["", "## Harness errors", ""] + [f"- {e}" for e in run.errors]
+        out += ["", "## Harness errors", ""] + [f"- {escape_markdown(e)}" for e in run.errors]
     return "\n".join(out) + "\n"
 
 
 def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
-    """One line per level, the failed checks under it with their first findings, then the verdict."""
+    """One line per level, the failed checks under it with their first findings, then the verdict.
+
+    Every line is escaped for a terminal (:func:`~qualify.util.escape.escape_terminal`): a name
+    or message from the checkpoint can neither start a line of its own nor move the cursor.
+    """
     lines = []
     for lvl in run.levels:
         n = len(lvl.checks)
@@ -197,4 +206,4 @@ def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
     if run.interrupted:
         lines.append(f"interrupted: {run.interrupted}")
     lines.append(f"verdict: {run.verdict}")
-    return lines
+    return escape_lines(lines)
