@@ -4,17 +4,28 @@ Every error the harness raises on purpose is a :class:`QualifyError`. The CLI tu
 them into one readable line and an exit code; nothing reaches the user as a bare
 traceback. The split that matters is *whose fault it is*:
 
-- :class:`CheckpointError` and its children: the checkpoint (or its manifest, its
-  configuration, its source) is wrong. Inside a check this is a *failed* check, with
-  the file and the tensor named.
+- :class:`NotQualifiedError` and its children: what is under test is wrong. A
+  :class:`CheckpointError` (the checkpoint, its manifest, its configuration, its source)
+  is a *failed* check with the file and the tensor named; a :class:`RuntimeFailure` (the
+  runtime did not load or serve it) and a :class:`CounterError` (the speculative-decoding
+  counters cannot be read or trusted) are failed checks too. Exit code 1.
 - :class:`UsageError`: the user asked for something that cannot be done (a missing
   path, an unknown profile). Exit code 2.
 - :class:`HarnessError`: the harness or its environment broke (a tool missing, an
   I/O error on the report folder). Exit code 2; a check that hits it is an *error*,
   never a pass and never a fail.
+
+Every exception the harness defines lives here, so that ``except`` clauses and the exit
+codes can be read off one tree. The pytest outcomes the suite plugin raises to steer a
+check (``CheckFailed``, ``LevelNotRun`` in :mod:`qualify.run.suite_plugin`) are not errors
+and stay with the plugin.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from qualify.util.redact import redact
 
 
 class QualifyError(Exception):
@@ -43,7 +54,11 @@ class HarnessError(QualifyError):
     """The harness itself, or the machine it runs on, failed."""
 
 
-class CheckpointError(QualifyError):
+class NotQualifiedError(QualifyError):
+    """What is under test (checkpoint, runtime, served counters) is wrong: a failed check."""
+
+
+class CheckpointError(NotQualifiedError):
     """Something in the checkpoint under test is wrong.
 
     ``file`` and ``tensor`` locate the problem; both end up in the message so that a
@@ -78,6 +93,113 @@ class QuantConfigError(CheckpointError):
 
 class QuantizationError(CheckpointError):
     """A tensor cannot be quantized (non-finite values, a shape MXFP8 cannot block)."""
+
+
+# -- inputs the harness reads ------------------------------------------------------------
+
+
+class JsonProblem(HarnessError):
+    """A JSON document breaks a rule; ``path`` locates it (keys and list indices).
+
+    The strict reader raises it; every caller turns it into the error of whoever wrote the
+    document (a :class:`ManifestError`, a :class:`UsageError` for a profile...). Left
+    uncaught, it is a harness bug.
+    """
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = (), duplicate: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.duplicate = duplicate
+
+
+class HubError(HarnessError):
+    """The hub (or the cache standing in for it) cannot give what was asked, at the revision asked."""
+
+
+class RunFolderExists(HarnessError):
+    """The run folder exists already: another run drew the same id."""
+
+
+class GpuQueryError(HarnessError):
+    """``nvidia-smi`` answered with something that is not its query format."""
+
+
+# -- the runtime -------------------------------------------------------------------------
+
+
+class DockerUnavailable(HarnessError):
+    """No Docker engine answers."""
+
+
+class RuntimeFailure(NotQualifiedError):
+    """The runtime could not be launched or did not become ready; ``log_tail`` holds its last log lines.
+
+    Messages and log lines are redacted when the error is made, so no token in a log
+    reaches a report through it.
+    """
+
+    def __init__(self, message: str, *, log_tail: Sequence[str] = (), hint: str | None = None) -> None:
+        super().__init__(redact(message), hint=hint)
+        self.log_tail = [redact(line) for line in log_tail]
+
+
+class ImageNotPresent(RuntimeFailure):
+    """The image is not in the local engine; the harness never pulls."""
+
+
+class ImageDigestMismatch(RuntimeFailure):
+    """The local image is not the one the profile pins."""
+
+
+class UnpinnedLaunch(RuntimeFailure):
+    """A moving reference (empty revision or digest) without ``allow_unpinned``."""
+
+
+class PortInUse(RuntimeFailure):
+    """Something already answers on the endpoint's port."""
+
+
+class ContainerExited(RuntimeFailure):
+    """The container stopped before it was ready (or while it was serving)."""
+
+    def __init__(self, message: str, *, exit_code: int | None, log_tail: Sequence[str] = ()) -> None:
+        super().__init__(message, log_tail=log_tail)
+        self.exit_code = exit_code
+
+
+class ReadinessTimeout(RuntimeFailure):
+    """The container kept running but did not serve the model before the deadline."""
+
+
+class RuntimeNotStarted(RuntimeFailure):
+    """The runtime container could not be started; the checks that need it cannot run."""
+
+
+# -- serving -----------------------------------------------------------------------------
+
+
+class ServingError(HarnessError):
+    """The endpoint did not answer as an OpenAI-compatible vLLM server does (unreachable, timed out, malformed)."""
+
+
+class ServerUnavailable(ServingError):
+    """The server stopped answering: a request timed out, or the connection was refused or cut off.
+
+    Every further request would wait out its own timeout (or fail the same way), so a
+    measurement ends at the first one and says how much was left unmeasured.
+    """
+
+
+class CounterError(NotQualifiedError):
+    """The speculative-decoding counters are missing, malformed, inconsistent or went backwards.
+
+    Never a pass: the acceptance figures cannot be computed from them. Library checks turn
+    it into a finding (a failed check); uncaught, the suite plugin reports an error.
+    """
+
+
+class CountersMissing(CounterError):
+    """The endpoint serves no speculative-decoding counters at all: it is not speculating."""
 
 
 def _locate(message: str, file: str | None, tensor: str | None) -> str:

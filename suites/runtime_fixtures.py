@@ -14,15 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from qualify.errors import CheckpointError
+from qualify.errors import RuntimeNotStarted
 from qualify.profile import Profile
 from qualify.report.model import LEVELS, Evidence
 from qualify.run.suite_plugin import find_plugin, level_of
 from qualify.runtime.session import RuntimeSession, build_image
-
-
-class RuntimeNotStarted(CheckpointError):
-    """The runtime container could not be started; the checks that need it cannot run."""
 
 
 def _run_id(config: pytest.Config) -> str:

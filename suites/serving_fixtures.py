@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from qualify import errors
 from qualify.profile import AcceptanceSpec, LosslessnessSpec, Profile, ThroughputSpec
 from qualify.run.suite_plugin import find_plugin
 from qualify.serving import client as serving
@@ -116,7 +117,7 @@ def server_info(request: pytest.FixtureRequest, endpoint: str) -> dict[str, Any]
     """What the evidence says about the server: its endpoint and ``/version``."""
     try:
         version = serving.fetch_version(endpoint)
-    except serving.ServingError as exc:
+    except errors.ServingError as exc:
         version = {"error": str(exc)}
     info: dict[str, Any] = {"endpoint": endpoint, "version": version}
     local = _local_serving(request.config)

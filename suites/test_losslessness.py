@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from qualify import errors
 from qualify.serving import client as serving
 from qualify.serving import specdecode as sd
 
@@ -36,5 +37,5 @@ def test_greedy_identical(openai_client, endpoint, reference_endpoint, served_mo
 def _version(url):
     try:
         return serving.fetch_version(url)
-    except serving.ServingError as exc:
+    except errors.ServingError as exc:
         return {"error": str(exc)}

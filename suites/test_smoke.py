@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from qualify import errors
 from qualify.report.model import Evidence
 from qualify.runtime.log_evidence import wait_for_log_evidence
 from qualify.serving import client as serving
@@ -61,7 +62,7 @@ def test_log_evidence(openai_client, served_model, profile, server_log, record):
     try:
         serving.complete(openai_client, served_model, serving.SMOKE_COMPLETION, max_tokens=max_tokens,
                          temperature=temperature, timeout_s=_timeout(profile))
-    except serving.ServingError as exc:
+    except errors.ServingError as exc:
         ev = Evidence("a speculative request was answered, and the log shows the smoke evidence")
         ev.add(str(exc))
         record(ev)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from qualify import errors
 from qualify.runtime import container as c
 from qualify.util.ports import free_port
 from tests.helpers import REPO
@@ -20,7 +21,7 @@ CANDIDATE = "0123456789abcdef0123456789abcdef01234567"
 def docker_client_fixture() -> Any:
     try:
         return c.docker_client()
-    except c.DockerUnavailable as exc:
+    except errors.DockerUnavailable as exc:
         pytest.fail(f"{exc} -- the docker tests need an engine; CI installs one", pytrace=False)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from qualify import errors
 from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.report.model import read_json
@@ -83,7 +84,7 @@ def test_a_run_whose_id_clashes_draws_another_and_gets_its_own_folder(tmp_path: 
 
     monkeypatch.setattr(runner, "new_run_id", lambda name: taken)  # every draw clashes: give up, say why
     run.run_id = taken
-    with pytest.raises(runner.RunFolderExists, match="refusing to overwrite another run"):
+    with pytest.raises(errors.RunFolderExists, match="refusing to overwrite another run"):
         runner.claim_run_dir(tmp_path, run)
 
 
@@ -107,7 +108,7 @@ def test_a_second_run_on_a_fixed_port_is_refused_not_answered_by_the_first(tmp_p
         profile = load_profile(serving_profile(tmp_path / "p.toml", endpoint=first_runs_server.endpoint))
         plan = c.build_plan(profile)
         assert plan.port == first_runs_server.port
-        with pytest.raises(c.PortInUse) as info:
+        with pytest.raises(errors.PortInUse) as info:
             c.ensure_port_free(plan.host, plan.port)
         assert f"127.0.0.1:{plan.port} is already in use" in str(info.value)
         assert "not to the runtime under test" in str(info.value)

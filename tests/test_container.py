@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from qualify import errors
 from qualify.errors import UsageError
 from qualify.profile import Profile, load_profile
 from qualify.runtime import container as c
@@ -188,7 +189,7 @@ def test_owner_liveness() -> None:
 
 def test_docker_unavailable_names_the_install_script(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
-    with pytest.raises(c.DockerUnavailable) as info:
+    with pytest.raises(errors.DockerUnavailable) as info:
         c.docker_client(timeout=2)
     assert "scripts/install-docker.sh" in str(info.value)
     assert "no Docker engine answers" in str(info.value)
@@ -274,7 +275,7 @@ def test_gpu_requests_on_a_machine_without_gpus_fail_clearly(docker_client: Any,
         pytest.skip("this machine has an NVIDIA driver: the GPU request may well succeed here")
     plan = replace(c.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}",
                                 allow_unpinned=True), image="qualify-standin:latest", port=free_port())
-    with pytest.raises(c.RuntimeFailure, match="the Docker engine refused to start") as info, \
+    with pytest.raises(errors.RuntimeFailure, match="the Docker engine refused to start") as info, \
             c.launched(docker_client, plan):
         pytest.fail("must not start")
     assert "gpu" in str(info.value).lower() or "device driver" in str(info.value)
@@ -323,7 +324,7 @@ def test_a_crash_during_load_fails_fast_with_the_last_log_lines(docker_client: A
                                                                  tmp_path: Path) -> None:
     plan = fault_plan(docker_client, tmp_path, "crash")
     t0 = time.monotonic()
-    with pytest.raises(c.ContainerExited) as info, c.launched(docker_client, plan) as rt:
+    with pytest.raises(errors.ContainerExited) as info, c.launched(docker_client, plan) as rt:
         rt.wait_ready(60)
     assert time.monotonic() - t0 < 15, "a crash must end the wait at once, not at the deadline"
     assert info.value.exit_code == 1
@@ -337,7 +338,7 @@ def test_a_crash_during_load_fails_fast_with_the_last_log_lines(docker_client: A
 @pytest.mark.docker
 def test_a_hang_times_out_with_a_clear_message(docker_client: Any, standin: str, tmp_path: Path) -> None:
     plan = fault_plan(docker_client, tmp_path, "hang")
-    with pytest.raises(c.ReadinessTimeout) as info, c.launched(docker_client, plan) as rt:
+    with pytest.raises(errors.ReadinessTimeout) as info, c.launched(docker_client, plan) as rt:
         rt.wait_ready(3)
     message = str(info.value)
     assert f"did not serve {plan.served_model_name!r}" in message and "within 3 s" in message
@@ -366,7 +367,7 @@ def test_wrong_evidence_is_a_failed_check(docker_client: Any, standin: str, tmp_
 def test_a_server_that_serves_another_model_is_not_ready(docker_client: Any, standin: str, tmp_path: Path) -> None:
     plan = fault_plan(docker_client, tmp_path, "wrong-model")
     lists = r"lists \['dflash2-tiny-target-other'\], not 'dflash2-tiny-target'"
-    with pytest.raises(c.ReadinessTimeout, match=lists), c.launched(docker_client, plan) as rt:
+    with pytest.raises(errors.ReadinessTimeout, match=lists), c.launched(docker_client, plan) as rt:
         rt.wait_ready(3)
     assert_gone(plan)
 
@@ -374,7 +375,7 @@ def test_a_server_that_serves_another_model_is_not_ready(docker_client: Any, sta
 @pytest.mark.docker
 def test_unpinned_revision_is_refused_before_any_container(docker_client: Any, standin: str, tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path, draft_revision=None, allow_unpinned=False)
-    with pytest.raises(c.UnpinnedLaunch) as info, c.launched(docker_client, plan):
+    with pytest.raises(errors.UnpinnedLaunch) as info, c.launched(docker_client, plan):
         pytest.fail("must not start")
     assert "DFLASH_MODEL_REVISION empty" in str(info.value) and "--allow-unpinned" in str(info.value)
     assert_gone(plan)
@@ -384,7 +385,7 @@ def test_unpinned_revision_is_refused_before_any_container(docker_client: Any, s
 def test_wrong_digest_is_refused_and_the_right_one_qualifies(docker_client: Any, standin: str,
                                                              tmp_path: Path) -> None:
     wrong = fixture_plan(tmp_path, digest="sha256:" + "0" * 64, target_revision=TARGET_PIN, allow_unpinned=False)
-    with pytest.raises(c.ImageDigestMismatch) as info, c.launched(docker_client, wrong):
+    with pytest.raises(errors.ImageDigestMismatch) as info, c.launched(docker_client, wrong):
         pytest.fail("must not start")
     assert f"is {standin}" in str(info.value) and f"not the profile's sha256:{'0' * 64}" in str(info.value)
     assert_gone(wrong)
@@ -406,7 +407,7 @@ def test_a_missing_image_is_never_pulled(docker_client: Any, standin: str, tmp_p
     monkeypatch.setattr(docker_client.images, "pull", no_pull)
     monkeypatch.setattr(docker_client.api, "pull", no_pull)
     plan = fixture_plan(tmp_path, image="qualify-standin:never-built")
-    with pytest.raises(c.ImageNotPresent) as info, c.launched(docker_client, plan):
+    with pytest.raises(errors.ImageNotPresent) as info, c.launched(docker_client, plan):
         pytest.fail("must not start")
     assert "not present in the local Docker engine, and the harness never pulls" in str(info.value)
     assert_gone(plan)
@@ -418,7 +419,7 @@ def test_a_port_already_in_use_is_refused(docker_client: Any, standin: str, tmp_
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         plan = fixture_plan(tmp_path, port=squatter.getsockname()[1])
-        with pytest.raises(c.PortInUse, match="already in use"), c.launched(docker_client, plan):
+        with pytest.raises(errors.PortInUse, match="already in use"), c.launched(docker_client, plan):
             pytest.fail("must not start")
     assert_gone(plan)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from qualify.errors import GpuQueryError
 from qualify.profile import load_profile
 from qualify.runtime.gpu import (
     QUERY_ARGS,
     Gpu,
     GpuInventory,
-    GpuQueryError,
     check_gpus,
     parse_cuda_version,
     parse_query_csv,

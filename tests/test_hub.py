@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from qualify import errors
 from qualify.checkpoint import hub
 from qualify.errors import UsageError
 from qualify.util.redact import MASK, RedactingFilter
@@ -186,7 +187,7 @@ def test_offline_as_read_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     later = hub.hub_access(endpoint="http://127.0.0.1:9")
     assert later.mode == "cache-only" and later.offline_env and not later.offline_at_import
-    with pytest.raises(hub.HubError, match="cannot ask the hub"):
+    with pytest.raises(errors.HubError, match="cannot ask the hub"):
         hub.resolve(REPO, PINNED, access=later)
 
 

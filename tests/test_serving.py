@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from qualify import errors
 from qualify.errors import HarnessError, UsageError
 from qualify.profile import load_profile
 from qualify.report.plots import position_acceptance_svg
@@ -250,7 +251,7 @@ def test_acceptance_on_a_server_without_counters_fails_once(fake: tuple[FakeVLLM
 
 
 def test_an_unreachable_endpoint_is_a_serving_error() -> None:
-    with pytest.raises(serving.ServingError, match=r"GET http://127\.0\.0\.1:9/metrics"):
+    with pytest.raises(errors.ServingError, match=r"GET http://127\.0\.0\.1:9/metrics"):
         serving.fetch_metrics("http://127.0.0.1:9/v1", timeout_s=2)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from qualify import errors
 from qualify.report.model import Run, read_json
 from qualify.serving import client as serving
 from qualify.serving import specdecode as sd
@@ -232,10 +233,10 @@ def prompt_set() -> serving.PromptSet:
 @pytest.mark.parametrize(
     ("fault", "error", "words"),
     [
-        ("http500", serving.ServingError, "HTTP 500"),
-        ("malformed", serving.ServingError, "malformed response: not JSON"),
-        ("hang", serving.ServerUnavailable, "timed out after 0.5 s"),
-        ("die", serving.ServerUnavailable, "connection failed"),
+        ("http500", errors.ServingError, "HTTP 500"),
+        ("malformed", errors.ServingError, "malformed response: not JSON"),
+        ("hang", errors.ServerUnavailable, "timed out after 0.5 s"),
+        ("die", errors.ServerUnavailable, "connection failed"),
     ],
 )
 def test_complete_names_the_fault(fault: str, error: type[Exception], words: str) -> None:
@@ -249,7 +250,7 @@ def test_complete_names_the_fault(fault: str, error: type[Exception], words: str
     assert str(info.value).startswith("prompt smoke-completion: ")
     if fault == "die":
         # The server is gone: the next request is refused, it does not wait.
-        with pytest.raises(serving.ServerUnavailable, match="connection failed"):
+        with pytest.raises(errors.ServerUnavailable, match="connection failed"):
             serving.fetch_metrics(server.endpoint, timeout_s=0.5)
 
 
@@ -261,7 +262,7 @@ def test_a_hung_metrics_endpoint_times_out() -> None:
             silent.listen()
             url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
             started = time.monotonic()
-            with pytest.raises(serving.ServerUnavailable, match=r"timed out after 0.3 s"):
+            with pytest.raises(errors.ServerUnavailable, match=r"timed out after 0.3 s"):
                 serving.fetch_metrics(url, timeout_s=0.3)
             assert time.monotonic() - started < 5
         assert sd.parse_counters(serving.fetch_metrics(server.endpoint), MODEL).drafts == 0

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qualify.errors import CounterError
 from qualify.serving import specdecode as sd
 from qualify.serving.specdecode import (
     AcceptanceMeasurement,
     AcceptanceThresholds,
     Bootstrap,
     CounterDelta,
-    CounterError,
     CounterSnapshot,
     RequestSample,
 )

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from qualify.checkpoint.checksums import sha256_files
-from qualify.errors import QualifyError, UsageError
+from qualify.errors import HubError, UsageError
 from qualify.report.model import Evidence
 from qualify.util.redact import redact
 
@@ -36,10 +36,6 @@ _REVISION = re.compile(r"[0-9a-f]{40}")
 _TRUE = {"1", "on", "yes", "true"}
 ONLINE = "online"
 CACHE_ONLY = "cache-only"
-
-
-class HubError(QualifyError):
-    """The hub (or the cache standing in for it) cannot give what was asked, at the revision asked."""
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from typing import Any, Self
 
 import torch
 
-from qualify.errors import CheckpointError, HarnessError, SafetensorsError, UsageError
-from qualify.util.jsonio import JsonProblem, json_path, load_json_file, parse_strict, type_name
+from qualify.errors import CheckpointError, HarnessError, JsonProblem, SafetensorsError, UsageError
+from qualify.util.jsonio import json_path, load_json_file, parse_strict, type_name
 
 MAX_HEADER_SIZE = 100_000_000
 """The reference reader's limit; a larger declared header is refused before any read."""

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from qualify import errors
 from qualify.commands import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
 
 
@@ -127,9 +128,9 @@ def _serve(args: argparse.Namespace, profile: object, plan: object) -> int:
                 _say("  serving; Ctrl-C or SIGTERM stops and removes the container")
                 while rt.state().get("Status") == "running":
                     time.sleep(1)
-                raise c.ContainerExited("the runtime container stopped while serving",
+                raise errors.ContainerExited("the runtime container stopped while serving",
                                         exit_code=rt.state().get("ExitCode"), log_tail=rt.log_tail())
-    except c.RuntimeFailure as exc:
+    except errors.RuntimeFailure as exc:
         record["teardown"] = _teardown(locals())
         tail = "".join(f"\n    | {line}" for line in exc.log_tail)
         return finish(EXIT_NOT_QUALIFIED, f"runtime failed: {exc}" + (f"\n  last log lines:{tail}" if tail else ""))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qualify import errors
 from qualify.checkpoint.checksums import folder_revision
 from qualify.errors import UsageError
 from qualify.profile import Profile
@@ -74,7 +75,7 @@ def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resol
     access = hub.hub_access(cache_dir=cache_dir)
     try:
         path = hub.download(repo, revision, access=access, cache_dir=cache_dir)
-    except (hub.HubError, UsageError) as exc:
+    except (errors.HubError, UsageError) as exc:
         return Resolved(None, repo, revision, "hub", "hub", errors=[f"{what} {repo}@{revision}: {exc}"],
                         hub=access.to_dict())
     return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict())

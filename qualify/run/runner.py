@@ -21,7 +21,7 @@ from typing import Any
 from qualify import __version__
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.manifest import MANIFEST_NAME, list_checkpoint_files
-from qualify.errors import HarnessError, QualifyError
+from qualify.errors import HarnessError, QualifyError, RunFolderExists
 from qualify.profile import Profile
 from qualify.report.markdown import CHART_KEY, chart_file, render_markdown
 from qualify.report.model import LEVELS, Check, LevelResult, Run, write_json
@@ -105,10 +105,6 @@ def new_run(
         if name in levels:
             run.levels.append(LevelResult(name, required=name not in measured))
     return run
-
-
-class RunFolderExists(HarnessError):
-    """The run folder exists already: another run drew the same id."""
 
 
 def make_run_dir(reports_root: Path, run_id: str) -> Path:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from qualify.errors import CheckpointError, QualifyError
+from qualify.errors import CheckpointError, QualifyError, RuntimeNotStarted
 from qualify.report.model import LEVELS, Check, Evidence, Run, Status
 
 
@@ -167,14 +167,22 @@ class QualifyPlugin:
                 status, message, evidence = Status.NOT_RUN, str(exc), None
             elif isinstance(exc, CheckFailed):
                 status, message = Status.FAILED, evidence.summary if evidence else str(exc)
-            elif isinstance(exc, CheckpointError):
+            elif isinstance(exc, CheckpointError | RuntimeNotStarted):
+                # A broken input (or a runtime that never started) fails the first check that
+                # needed it, once; the checks set up on the same failure are not run.
+                broken, needs = (("the runtime did not start", "the runtime it needs did not start")
+                                 if isinstance(exc, RuntimeNotStarted)
+                                 else ("an input this check reads is broken", "an input it needs is broken"))
                 first = next((cid for e, cid in self._input_failures if e is exc), None)
                 if report.when == "setup" and first is not None:
-                    status, message = Status.NOT_RUN, f"not run: an input it needs is broken (see {first})"
+                    status, message = Status.NOT_RUN, f"not run: {needs} (see {first})"
                 else:
-                    status, message = Status.FAILED, "an input this check reads is broken"
+                    status, message = Status.FAILED, broken
                     evidence = Evidence(message)
-                    evidence.add(exc.detail, file=exc.file, tensor=exc.tensor)
+                    if isinstance(exc, CheckpointError):
+                        evidence.add(exc.detail, file=exc.file, tensor=exc.tensor)
+                    else:
+                        evidence.add(str(exc))
                     if report.when == "setup":
                         self._input_failures.append((exc, check_id(item, level)))
             elif isinstance(exc, QualifyError):

@@ -45,7 +45,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from qualify.errors import HarnessError, QualifyError, UsageError
+from qualify.errors import (
+    ContainerExited,
+    DockerUnavailable,
+    ImageDigestMismatch,
+    ImageNotPresent,
+    PortInUse,
+    ReadinessTimeout,
+    RuntimeFailure,
+    UnpinnedLaunch,
+    UsageError,
+)
 from qualify.profile import Profile
 from qualify.report.model import Evidence
 from qualify.util.ports import in_use
@@ -67,49 +77,6 @@ INSTALL_HINT = "run scripts/install-docker.sh (as root) to install and start a D
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _LOG_TAIL = 25
-
-
-# -- errors -----------------------------------------------------------------------------
-
-
-class RuntimeFailure(QualifyError):
-    """The runtime could not be launched or did not become ready; ``log_tail`` holds its last log lines."""
-
-    def __init__(self, message: str, *, log_tail: Sequence[str] = (), hint: str | None = None) -> None:
-        super().__init__(redact(message), hint=hint)
-        self.log_tail = [redact(line) for line in log_tail]
-
-
-class ImageNotPresent(RuntimeFailure):
-    """The image is not in the local engine; the harness never pulls."""
-
-
-class ImageDigestMismatch(RuntimeFailure):
-    """The local image is not the one the profile pins."""
-
-
-class UnpinnedLaunch(RuntimeFailure):
-    """A moving reference (empty revision or digest) without ``allow_unpinned``."""
-
-
-class PortInUse(RuntimeFailure):
-    """Something already answers on the endpoint's port."""
-
-
-class ContainerExited(RuntimeFailure):
-    """The container stopped before it was ready (or while it was serving)."""
-
-    def __init__(self, message: str, *, exit_code: int | None, log_tail: Sequence[str] = ()) -> None:
-        super().__init__(message, log_tail=log_tail)
-        self.exit_code = exit_code
-
-
-class ReadinessTimeout(RuntimeFailure):
-    """The container kept running but did not serve the model before the deadline."""
-
-
-class DockerUnavailable(HarnessError):
-    """No Docker engine answers."""
 
 
 # -- the plan ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from qualify.errors import GpuQueryError
 from qualify.profile import Profile
 from qualify.report.model import Evidence
 
@@ -63,10 +64,6 @@ class GpuInventory:
     def to_dict(self) -> dict[str, Any]:
         return {"gpus": [g.to_dict() for g in self.gpus], "cuda_version": self.cuda_version,
                 "tool": self.tool, "error": self.error}
-
-
-class GpuQueryError(ValueError):
-    """``nvidia-smi`` answered with something that is not its query format."""
 
 
 def parse_query_csv(text: str) -> tuple[Gpu, ...]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qualify import errors
 from qualify.errors import QualifyError
 from qualify.profile import Profile
 from qualify.report.model import Evidence
@@ -98,7 +99,7 @@ class RuntimeSession:
         def compute() -> Evidence:
             try:
                 identity = c.inspect_image(self.client, self.plan.image)
-            except c.ImageNotPresent as exc:
+            except errors.ImageNotPresent as exc:
                 return c.failure_evidence(f"runtime image {self.plan.image} is present locally and pinned", exc)
             return c.check_image(identity, self.plan)
 
@@ -138,7 +139,7 @@ class RuntimeSession:
             self.runtime = c.RuntimeContainer(self.client, self.plan, log_path=self.log_path)
             try:
                 self.runtime.start()
-            except c.RuntimeFailure as exc:
+            except errors.RuntimeFailure as exc:
                 return c.failure_evidence(f"container {self.plan.name} started", exc)
             ev = c.check_started(self.runtime)
             ev.measured["server_log"] = str(self.log_path)
@@ -153,7 +154,7 @@ class RuntimeSession:
                        f"{self.plan.startup_timeout_s:.0f} s")
             try:
                 readiness = self.runtime.wait_ready()
-            except c.RuntimeFailure as exc:
+            except errors.RuntimeFailure as exc:
                 return c.failure_evidence(summary, exc)
             ev = Evidence(summary + f" (ready after {readiness.ready_s:.1f} s)")
             ev.measured.update(readiness.to_dict())

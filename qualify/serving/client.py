@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from qualify.errors import HarnessError, UsageError
+from qualify import errors
+from qualify.errors import ServerUnavailable, ServingError, UsageError
 from qualify.report.model import Evidence
 from qualify.serving import specdecode as sd
 
@@ -35,18 +36,6 @@ DEFAULT_TIMEOUT_S = 120.0
 #: request can reach /metrics a moment after the response.
 SETTLE_INTERVAL_S = 0.05
 SETTLE_DEADLINE_S = 10.0
-
-
-class ServingError(HarnessError):
-    """The endpoint did not answer as an OpenAI-compatible vLLM server does (unreachable, timed out, malformed)."""
-
-
-class ServerUnavailable(ServingError):
-    """The server stopped answering: a request timed out, or the connection was refused or cut off.
-
-    Every further request would wait out its own timeout (or fail the same way), so a
-    measurement ends at the first one and says how much was left unmeasured.
-    """
 
 
 def describe_request_error(exc: BaseException, timeout_s: float | None) -> ServingError:
@@ -229,7 +218,7 @@ def settled_counters(
         if now == last:
             return now
         if time.monotonic() > stop:
-            raise sd.CounterError(f"the counters were still moving {deadline_s:.0f} s after the request ended: "
+            raise errors.CounterError(f"the counters were still moving {deadline_s:.0f} s after the request ended: "
                                   "another client is using the server, so per-request deltas cannot be measured")
         last = now
 
@@ -353,9 +342,9 @@ def measure_acceptance(
                          seed=seed)
             after = settled_counters(endpoint, model, timeout_s=timeout_s)
             delta = sd.counter_delta(before, after)
-        except sd.CounterError as exc:
+        except errors.CounterError as exc:
             run.measurement.failures.append(f"prompt {p.id}: {exc}")
-            if isinstance(exc, sd.CountersMissing):  # every further prompt would fail the same way
+            if isinstance(exc, errors.CountersMissing):  # every further prompt would fail the same way
                 break
             continue
         except ServerUnavailable as exc:
@@ -460,7 +449,7 @@ def check_speculating(client: Any, endpoint: str, model: str, prompt: Prompt, *,
         c = complete(client, model, prompt, max_tokens=max_tokens, temperature=temperature, timeout_s=timeout_s)
         after = settled_counters(endpoint, model, timeout_s=timeout_s)
         delta = sd.counter_delta(before, after)
-    except (sd.CounterError, ServingError) as exc:
+    except (errors.CounterError, ServingError) as exc:
         ev.add(str(exc))
         return ev
     ev.measured.update(before=before.to_dict(), after=after.to_dict(), delta=delta.to_dict(),

@@ -33,7 +33,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from qualify.errors import QualifyError
+from qualify.errors import CounterError, CountersMissing
 from qualify.report.model import Evidence
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -50,18 +50,6 @@ POSITION_LABEL = "position"
 # Reading vLLM's counters is not the gate: mutation testing covers the figures and the gate below
 # (see the README's reliability section); the parsing has its own tests in tests/test_specdecode.py.
 # pragma: no mutate start
-class CounterError(QualifyError):
-    """The speculative-decoding counters are missing, malformed, inconsistent or went backwards.
-
-    Never a pass: the acceptance figures cannot be computed from them. Library checks turn
-    it into a finding (a failed check); uncaught, the suite plugin reports an error.
-    """
-
-
-class CountersMissing(CounterError):
-    """The endpoint serves no speculative-decoding counters at all: it is not speculating."""
-
-
 # -- counters ------------------------------------------------------------------------------
 
 

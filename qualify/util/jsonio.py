@@ -16,17 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qualify.errors import CheckpointError
-
-
-class JsonProblem(Exception):
-    """A JSON document breaks a rule; ``path`` locates it (keys and list indices)."""
-
-    def __init__(self, message: str, path: tuple[str | int, ...] = (), duplicate: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-        self.duplicate = duplicate
+from qualify.errors import CheckpointError, JsonProblem
 
 
 class _DupDict(dict[str, Any]):
