@@ -56,7 +56,8 @@ def test_every_error_is_of_exactly_one_kind() -> None:
     (CheckpointError("bad scale", file="model.safetensors", tensor="a.weight_scale"), 2,
      "model.safetensors: tensor 'a.weight_scale': bad scale"),
 ])
-def test_the_cli_turns_an_escaped_error_into_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+def test_the_cli_turns_an_escaped_error_into_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str],
                                                       exc: QualifyError, code: int, words: str) -> None:
     from qualify.commands import diff
 
