@@ -166,14 +166,83 @@ def test_a_changed_proposal_length_is_an_error() -> None:
 @pytest.mark.parametrize(
     ("after", "words"),
     [
-        (snap(11, 33, 22, [9, 7, 6]), "accepted tokens 4 > draft tokens 3"),  # more accepted than drafted
-        (snap(11, 33, 19, [8, 6, 4]), "add up"),  # per-position sum != accepted
-        (snap(11, 33, 20, [8, 8, 4]), "increase with the position"),
+        (snap(11, 33, 22, [9, 7, 6]), r"accepted_tokens_total moved by 4, more than .*draft_tokens_total \(3\)"),
+        (snap(11, 33, 19, [8, 6, 4]), "adds up"),  # per-position sum != accepted
+        (snap(11, 33, 20, [8, 8, 4]), "increases with the position"),
     ],
 )
 def test_inconsistent_deltas_are_an_error(after: CounterSnapshot, words: str) -> None:
     with pytest.raises(CounterError, match=words):
         sd.counter_delta(snap(10, 30, 18, [8, 6, 4]), after)
+
+
+# -- the counters prove themselves --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("d", "kwargs", "words"),
+    [
+        (CounterDelta(4, 28, 30, ()), {}, r"accepted_tokens_total moved by 30, more than"),
+        (CounterDelta(0, 7, 0, (0,) * 7), {}, r"draft_tokens_total moved by 7 but vllm:spec_decode_num_drafts_total"),
+        (CounterDelta(4, 28, 12, (4, 4, 3, 0, 0, 0, 0)), {}, r"per_pos_total adds up to 11 .* not to .*\(12\)"),
+        (CounterDelta(4, 28, 12, (5, 4, 3, 0, 0, 0, 0)), {}, r"per_pos_total\{position=0\} moved by 5, more than"),
+        (CounterDelta(4, 28, 12, (3, 4, 3, 2, 0, 0, 0)), {}, r"per_pos_total increases with the position \(position 1"),
+        (CounterDelta(4, 28, 12, (4, 4, 4)), {"proposal_length": 7}, r"has 3 positions, the proposal length is 7"),
+        (CounterDelta(4, 27, 12, (4, 4, 4, 0, 0, 0, 0)), {"proposal_length": 7, "full_block": True},
+         r"draft_tokens_total moved by 27, not proposal length 7 x vllm:spec_decode_num_drafts_total 4 = 28"),
+    ],
+)
+def test_a_broken_counter_identity_is_a_finding_naming_the_counter(d: CounterDelta, kwargs: dict, words: str) -> None:
+    findings = sd.identity_findings(d, **kwargs)
+    assert len(findings) == 1 and __import__("re").search(words, findings[0]), findings
+
+
+def test_consistent_counters_have_no_finding() -> None:
+    d = CounterDelta(4, 28, 12, (4, 4, 3, 1, 0, 0, 0))
+    assert sd.identity_findings(d, proposal_length=7, full_block=True) == []
+    # A short block is fine when the profile does not say the proposer always fills it.
+    assert sd.identity_findings(CounterDelta(4, 20, 12, (4, 4, 3, 1, 0, 0, 0)), proposal_length=7) == []
+
+
+def response_metrics(hist: list[int], **override: object) -> dict[str, object]:
+    out: dict[str, object] = {"acceptance_histogram": hist, "num_spec_steps": sum(hist),
+                              "num_accepted_draft_tokens": sum(j * h for j, h in enumerate(hist)),
+                              "num_draft_tokens": (len(hist) - 1) * sum(hist), "num_spec_tokens": len(hist) - 1,
+                              "mean_acceptance_length": 0.0, "draft_acceptance_rate": 0.0}
+    out.update(override)
+    return out
+
+
+def test_a_response_histogram_is_the_counters_tail_sums() -> None:
+    # vLLM 0.32.0's answer for one of the fixture's prompts: 1 step accepted 2 tokens, 4 steps all 7.
+    d = sd.delta_from_response(response_metrics([0, 0, 1, 0, 0, 0, 0, 4]), "prompt x")
+    assert d == CounterDelta(5, 35, 30, (5, 5, 4, 4, 4, 4, 4))
+    assert sd.identity_findings(d, proposal_length=7, full_block=True) == []
+
+
+@pytest.mark.parametrize(
+    ("metrics", "words"),
+    [
+        (None, "is NoneType, not an object"),
+        ({"acceptance_histogram": [1]}, "has no num_spec_steps"),
+        (response_metrics([0, 1], num_spec_steps=2), "counts 1 steps, num_spec_steps says 2"),
+        (response_metrics([0, 1], num_accepted_draft_tokens=3), "accepts 1 tokens, num_accepted_draft_tokens says 3"),
+        (response_metrics([0, 1], num_spec_tokens=3), "has 2 entries, num_spec_tokens 3 needs 4"),
+        (response_metrics([0, -1]), "not a list of counts"),
+        (response_metrics([0, 1], num_draft_tokens=1.5), "num_draft_tokens is 1.5, not a count"),
+    ],
+)
+def test_a_malformed_or_self_contradicting_response_is_an_error(metrics: object, words: str) -> None:
+    with pytest.raises(CounterError, match=words):
+        sd.delta_from_response(metrics, "prompt x")
+
+
+def test_counters_and_response_disagreeing_name_the_counter() -> None:
+    a = CounterDelta(5, 35, 30, (5, 5, 4, 4, 4, 4, 4))
+    assert sd.mismatch(a, a) == []
+    b = CounterDelta(5, 35, 29, (5, 5, 4, 4, 4, 4, 3))
+    found = sd.mismatch(a, b)
+    assert [f.split(" ")[0] for f in found] == [sd.ACCEPTED_TOKENS, sd.ACCEPTED_PER_POS]
 
 
 # -- what one request can move the counters by ------------------------------------------------

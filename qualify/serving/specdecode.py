@@ -199,21 +199,112 @@ def counter_delta(before: CounterSnapshot, after: CounterSnapshot) -> CounterDel
 
 def check_consistent(d: CounterDelta) -> None:
     """The identities vLLM's counting implies; counters that break them cannot be trusted."""
-    problems = []
-    if d.accepted_tokens > d.draft_tokens:
-        problems.append(f"accepted tokens {d.accepted_tokens} > draft tokens {d.draft_tokens}")
-    if d.draft_tokens and not d.drafts:
-        problems.append(f"{d.draft_tokens} draft tokens but no drafts")
-    if d.accepted_per_pos and sum(d.accepted_per_pos) != d.accepted_tokens:
-        problems.append(f"per-position accepted tokens add up to {sum(d.accepted_per_pos)}, "
-                        f"not to the accepted tokens {d.accepted_tokens}")
-    if any(n > d.drafts for n in d.accepted_per_pos):
-        problems.append(f"a position accepted more often than there were drafts ({d.drafts})")
-    if any(later > earlier for earlier, later in zip(d.accepted_per_pos, d.accepted_per_pos[1:], strict=False)):
-        # A token is accepted only if every earlier one was: the counts cannot grow with the position.
-        problems.append(f"per-position counts {list(d.accepted_per_pos)} increase with the position")
+    problems = identity_findings(d)
     if problems:
         raise CounterError("inconsistent speculative-decoding counters: " + "; ".join(problems))
+
+
+def identity_findings(d: CounterDelta, *, proposal_length: int | None = None, full_block: bool = False) -> list[str]:
+    """What in ``d`` breaks the identities vLLM's counting implies, each naming the counter; empty if none.
+
+    Always: accepted tokens <= draft tokens; draft tokens only with drafts; every position
+    accepted at most once per draft; the per-position counts never increase with the
+    position (a token is accepted only if every earlier one was) and add up to the accepted
+    tokens. With ``proposal_length``: one per-position counter per draft position. With
+    ``full_block`` (a proposer that always proposes the whole block, as DFlash does): draft
+    tokens = proposal length x drafts.
+
+    Args:
+        d: the counters' move (one request, or a run).
+        proposal_length: the profile's proposal length, or None to skip the checks that need it.
+        full_block: whether the profile states that every draft is a full block.
+    """
+    out = []
+    if d.accepted_tokens > d.draft_tokens:
+        out.append(f"{ACCEPTED_TOKENS} moved by {d.accepted_tokens}, more than {DRAFT_TOKENS} ({d.draft_tokens})")
+    if d.draft_tokens and not d.drafts:
+        out.append(f"{DRAFT_TOKENS} moved by {d.draft_tokens} but {DRAFTS} did not move")
+    if d.accepted_per_pos and sum(d.accepted_per_pos) != d.accepted_tokens:
+        out.append(f"{ACCEPTED_PER_POS} adds up to {sum(d.accepted_per_pos)} over the positions, not to "
+                   f"{ACCEPTED_TOKENS} ({d.accepted_tokens})")
+    over = [i for i, n in enumerate(d.accepted_per_pos) if n > d.drafts]
+    if over:
+        out.append(f"{ACCEPTED_PER_POS}{{position={over[0]}}} moved by {d.accepted_per_pos[over[0]]}, more than "
+                   f"{DRAFTS} ({d.drafts})")
+    rising = [i + 1 for i, (a, b) in enumerate(zip(d.accepted_per_pos, d.accepted_per_pos[1:], strict=False)) if b > a]
+    if rising:
+        out.append(f"{ACCEPTED_PER_POS} increases with the position (position {rising[0]}: "
+                   f"{list(d.accepted_per_pos)}): a token is accepted only if every earlier one was")
+    if proposal_length is not None:
+        if d.accepted_per_pos and len(d.accepted_per_pos) != proposal_length:
+            out.append(f"{ACCEPTED_PER_POS} has {len(d.accepted_per_pos)} positions, the proposal length is "
+                       f"{proposal_length}")
+        if full_block and d.draft_tokens != proposal_length * d.drafts:
+            out.append(f"{DRAFT_TOKENS} moved by {d.draft_tokens}, not proposal length {proposal_length} x "
+                       f"{DRAFTS} {d.drafts} = {proposal_length * d.drafts}: the proposer did not propose a full "
+                       "block every step")
+    return out
+
+
+# -- per-request metrics in the response ---------------------------------------------------------
+
+#: What vLLM (0.32 and later) calls the per-request acceptance figures in a response's
+#: ``metrics.speculative_decoding`` when started with ``--per-request-spec-decode-metrics summary``.
+RESPONSE_FIELDS = ("acceptance_histogram", "num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens",
+                   "num_spec_tokens")
+PER_REQUEST_FLAG = ("--per-request-spec-decode-metrics", "summary")
+
+
+def delta_from_response(metrics: Any, where: str) -> CounterDelta:
+    """A response's per-request speculative-decoding metrics as the counter move they stand for.
+
+    vLLM's histogram counts verification steps by how many draft tokens each accepted (index
+    j = j tokens accepted); the step accepted position i exactly when it accepted more than
+    i tokens, so the per-position counts are the histogram's tail sums. The other fields
+    are checked against the histogram: a response that contradicts itself is an error
+    naming the field, never a sample.
+
+    Raises:
+        CounterError: ``metrics`` is not the object vLLM writes, or contradicts itself.
+    """
+    if not isinstance(metrics, Mapping):
+        raise CounterError(f"{where}: metrics.speculative_decoding is {type(metrics).__name__}, not an object")
+    missing = [k for k in RESPONSE_FIELDS if k not in metrics]
+    if missing:
+        raise CounterError(f"{where}: metrics.speculative_decoding has no {', '.join(missing)}")
+
+    def count(key: str) -> int:
+        value = metrics[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CounterError(f"{where}: metrics.speculative_decoding.{key} is {value!r}, not a count")
+        return value
+
+    hist = metrics["acceptance_histogram"]
+    if not isinstance(hist, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0 for h in hist):
+        raise CounterError(f"{where}: metrics.speculative_decoding.acceptance_histogram is {hist!r}, not a list "
+                           "of counts")
+    k, steps, accepted, drafted = (count(x) for x in ("num_spec_tokens", "num_spec_steps",
+                                                       "num_accepted_draft_tokens", "num_draft_tokens"))
+    problems = []
+    if len(hist) != k + 1:
+        problems.append(f"acceptance_histogram has {len(hist)} entries, num_spec_tokens {k} needs {k + 1}")
+    if sum(hist) != steps:
+        problems.append(f"acceptance_histogram counts {sum(hist)} steps, num_spec_steps says {steps}")
+    if sum(j * h for j, h in enumerate(hist)) != accepted:
+        problems.append(f"acceptance_histogram accepts {sum(j * h for j, h in enumerate(hist))} tokens, "
+                        f"num_accepted_draft_tokens says {accepted}")
+    if problems:
+        raise CounterError(f"{where}: metrics.speculative_decoding contradicts itself: " + "; ".join(problems))
+    per_pos = tuple(sum(hist[i + 1:]) for i in range(k))
+    return CounterDelta(drafts=steps, draft_tokens=drafted, accepted_tokens=accepted, accepted_per_pos=per_pos)
+
+
+def mismatch(counters: CounterDelta, response: CounterDelta) -> list[str]:
+    """Where the /metrics counters' move and the response's own figures for the same lone request disagree."""
+    pairs = [(DRAFTS, counters.drafts, response.drafts), (DRAFT_TOKENS, counters.draft_tokens, response.draft_tokens),
+             (ACCEPTED_TOKENS, counters.accepted_tokens, response.accepted_tokens),
+             (ACCEPTED_PER_POS, list(counters.accepted_per_pos), list(response.accepted_per_pos))]
+    return [f"{name} moved by {a}, the response's per-request metrics say {b}" for name, a, b in pairs if a != b]
 
 
 # pragma: no mutate end
