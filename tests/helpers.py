@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import tracemalloc
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,3 +47,20 @@ def hf_quant(exclude=("lm_head",), **overrides):
     q = {"quant_algo": "MXFP8", "kv_cache_quant_algo": None, "group_size": 32, "exclude_modules": list(exclude)}
     q.update(overrides)
     return {"producer": {"name": "test", "version": "0"}, "quantization": q}
+
+
+@contextlib.contextmanager
+def peak_allocation() -> Iterator[Callable[[], int]]:
+    """Measure the peak of Python (and NumPy) allocations inside the block, in bytes.
+
+    A memory claim ("refused without allocating what the header declares") is checked by what
+    was allocated, never by how long it took, so a loaded machine cannot fail it.
+    """
+    peak = 0
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        yield lambda: peak
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()

@@ -40,8 +40,9 @@ SMOKE_TIMEOUT_S = 1.0
 ACCEPTANCE_TIMEOUT_S = 2.0
 #: The acceptance faults strike after this many prompts were measured (the prompt set has 20).
 MID_RUN = 5
-#: No run may take longer (the default request timeout is 120 s: a timeout that never fired shows).
-RUN_BOUND_S = 100.0
+#: A guard against a hung test, not a speed claim: what a run did is read from its report and
+#: from the requests the server saw, never from how long it took.
+HANG_GUARD_S = 900.0
 
 
 @dataclass
@@ -82,8 +83,9 @@ SCENARIOS = [
               "another client is using the server during the measurement; qualify against a server of its own",
               f"{MID_RUN} prompt(s) measured")),
     # A signal while a request hangs (timeouts far beyond the test): the run ends at once.
-    Scenario("sigint-while-hanging", "acceptance", "hang", 2, signal=signal.SIGINT, timeouts=(300, 300)),
-    Scenario("sigterm-while-hanging", "acceptance", "hang", 2, signal=signal.SIGTERM, timeouts=(300, 300)),
+    # The request timeouts are far beyond the hang guard, so only the signal can end these runs.
+    Scenario("sigint-while-hanging", "acceptance", "hang", 2, signal=signal.SIGINT, timeouts=(3600, 3600)),
+    Scenario("sigterm-while-hanging", "acceptance", "hang", 2, signal=signal.SIGTERM, timeouts=(3600, 3600)),
 ]
 
 
@@ -95,7 +97,6 @@ class Outcome:
     returncode: int | None = None
     stdout: str = ""
     stderr: str = ""
-    wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def run(self) -> Run:
@@ -104,7 +105,7 @@ class Outcome:
         return read_json(paths[0])  # validates against the schema and recomputes the verdict
 
     def text(self) -> str:
-        return f"exit {self.returncode} after {self.wall_s:.1f} s\n{self.stdout}\n{self.stderr}"
+        return f"exit {self.returncode}\n{self.stdout}\n{self.stderr}"
 
 
 def qualify_check(endpoint: str, profile: Path, report_dir: Path, levels: str) -> subprocess.Popen[str]:
@@ -126,21 +127,17 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Out
     out = {s.name: Outcome(s, srv, root / s.name) for s, srv in zip(SCENARIOS, servers, strict=True)}
 
     def one(o: Outcome) -> None:
-        started = time.monotonic()
         proc = qualify_check(o.server.endpoint, profiles[o.scenario.timeouts], o.report_dir, o.scenario.levels)
         try:
             if o.scenario.signal is not None:
-                o.extra["reached_hang"] = o.server.hanging.wait(RUN_BOUND_S)
+                o.extra["reached_hang"] = o.server.hanging.wait(HANG_GUARD_S)
                 time.sleep(0.3)  # the client is blocked reading the answer
-                o.extra["signalled_at"] = time.monotonic()
                 proc.send_signal(o.scenario.signal)
-            o.stdout, o.stderr = proc.communicate(timeout=RUN_BOUND_S + 60)
+            o.stdout, o.stderr = proc.communicate(timeout=HANG_GUARD_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             o.stdout, o.stderr = proc.communicate()
         o.returncode = proc.returncode
-        o.extra["finished_at"] = time.monotonic()
-        o.wall_s = time.monotonic() - started
 
     threads = [threading.Thread(target=one, args=(o,)) for o in out.values()]
     try:
@@ -184,7 +181,6 @@ def test_a_server_fault_ends_not_qualified_and_says_what_happened(outcomes: dict
     o = outcomes[scenario.name]
     assert o.returncode == 1, o.text()  # the server failed: "not qualified", not a harness error (2)
     assert TRACEBACK not in o.stderr and TRACEBACK not in o.stdout, o.text()
-    assert o.wall_s < RUN_BOUND_S, o.text()
     run = o.run()
     assert str(run.verdict) == "not qualified"
     assert run.interrupted is None
@@ -216,8 +212,9 @@ def test_a_signal_while_a_request_hangs_writes_an_interrupted_report(outcomes: d
     assert o.extra["reached_hang"], "the run never reached the hanging request: " + o.text()
     assert o.returncode == 1, o.text()  # documented: an interrupted run is "not qualified" (exit 1)
     assert TRACEBACK not in o.stderr and TRACEBACK not in o.stdout, o.text()
-    assert o.extra["finished_at"] - o.extra["signalled_at"] < 30, o.text()  # not the 300 s request timeout
     run = o.run()
+    # Ended by the signal, not by the hour-long request timeout (which the hang guard never reaches).
+    assert all("timed out" not in check.message for level in run.levels for check in level.checks), o.text()
     assert run.interrupted == ("SIGTERM" if scenario.signal == signal.SIGTERM else "KeyboardInterrupt")
     assert str(run.verdict) == "not qualified"
     assert "interrupted" in next(o.report_dir.glob("*/report.md")).read_text()
@@ -242,10 +239,8 @@ def prompt_set() -> serving.PromptSet:
 def test_complete_names_the_fault(fault: str, error: type[Exception], words: str) -> None:
     with fault_server(fault=fault) as server:
         client = serving.make_client(server.endpoint)
-        started = time.monotonic()
         with pytest.raises(error) as info:
             serving.complete(client, MODEL, serving.SMOKE_COMPLETION, max_tokens=8, temperature=0.0, timeout_s=0.5)
-        assert time.monotonic() - started < 5
     assert words in str(info.value)
     assert str(info.value).startswith("prompt smoke-completion: ")
     if fault == "die":
@@ -261,10 +256,8 @@ def test_a_hung_metrics_endpoint_times_out() -> None:
             silent.bind(("127.0.0.1", 0))
             silent.listen()
             url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
-            started = time.monotonic()
             with pytest.raises(errors.ServerUnavailable, match=r"timed out after 0.3 s"):
                 serving.fetch_metrics(url, timeout_s=0.3)
-            assert time.monotonic() - started < 5
         assert sd.parse_counters(serving.fetch_metrics(server.endpoint), MODEL).drafts == 0
 
 
@@ -312,15 +305,13 @@ def test_measurement_stops_at_a_server_that_stopped_answering(fault: str) -> Non
     ps = prompt_set()
     with fault_server(fault=fault, fault_after=3) as server:
         client = serving.make_client(server.endpoint)
-        started = time.monotonic()
         run = serving.measure_acceptance(client, server.endpoint, MODEL, ps.prompts, categories=ps.categories,
                                          max_tokens=8, temperature=0.0, timeout_s=0.5)
-        elapsed = time.monotonic() - started
     assert len(run.measurement.samples) == 3
     assert len(run.measurement.failures) == 1, run.measurement.failures
     assert f"{len(ps.prompts) - 4} further prompt(s) not asked" in run.measurement.failures[0]
+    # One request past the last answered prompt, then nothing: no timeout waited out per remaining prompt.
     assert server.generations == 4
-    assert elapsed < 10
 
 
 def test_greedy_outputs_stop_at_a_server_that_stopped_answering() -> None:
