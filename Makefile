@@ -57,7 +57,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest tests -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check qualify suites tests fixtures conftest.py
+	$(VENV)/bin/ruff check qualify suites tests fixtures conftest.py runtimes/vllm-cpu
 
 # Every bad input in fixtures/corpus.py through the real CLI: cases, caught, tracebacks, "qualified" verdicts.
 reliability: $(STAMP)

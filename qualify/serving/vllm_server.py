@@ -28,6 +28,7 @@ from typing import Any
 
 from qualify.errors import HarnessError
 from qualify.profile import Profile
+from qualify.runtime.vllm_cpu_plugin import server_env as plugin_env
 from qualify.util.ports import in_use, session_listens
 from qualify.util.progress import WaitProgress
 
@@ -150,6 +151,8 @@ def plan_for_profile(
         max_num_batched_tokens=int(env["MAX_NUM_BATCHED_TOKENS"]),
         dtype=dtype,
         extra_args=tuple(extra_args),
+        # The CPU plugin (runtimes/vllm-cpu/plugin) in this server's processes only.
+        env={**CPU_ENV, **plugin_env()},
     )
 
 

@@ -1,0 +1,160 @@
+"""The vLLM CPU plugin (runtimes/vllm-cpu/plugin) inside the real vLLM CPU venv, in subprocesses.
+
+Each probe runs in a fresh interpreter of vLLM's venv with the plugin folder on
+``PYTHONPATH`` (as a server gets it): the entry point is discovered, vLLM 0.32.0 fails to
+pick an MXFP8 kernel on CPU without the plugin and picks the emulation kernel with it,
+float32 is allowed, the DFlash context K-norm is per layer (the unpatched method is shown
+to be wrong on the same input), and every refusal names what moved. Without the vLLM
+venv these tests FAIL and name the setup script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualify.errors import HarnessError
+from qualify.runtime.vllm_cpu_plugin import ACTIVE_LINE, server_env
+from qualify.serving.vllm_server import find_vllm_python
+
+pytestmark = [pytest.mark.slow]
+
+PROBE_TIMEOUT_S = 300
+
+# Printed as one JSON line at the end; everything else the process prints is vLLM's log.
+APPLY = """
+import json, torch
+import importlib.metadata as md
+from vllm.model_executor.kernels.linear import init_mxfp8_linear_kernel
+from vllm.model_executor.layers.quantization.modelopt import ModelOptMxFp8Config
+from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
+out = {"entry_points": [e.value for e in md.entry_points(group="vllm.general_plugins")]}
+try:
+    out["kernel_before"] = type(init_mxfp8_linear_kernel(weight_shape=(64, 64))).__name__
+except ValueError as exc:
+    out["kernel_before"] = "ValueError: " + str(exc).splitlines()[0]
+out["dtypes_before"] = [str(d) for d in ModelOptMxFp8Config.get_supported_act_dtypes(None)]
+g = torch.Generator().manual_seed(0)
+k = torch.randn(3, 5, 2, 64, generator=g)
+w = torch.rand(3, 64, generator=g) + 0.5
+class Model:
+    _k_norm_weights = w
+    _rms_norm_eps = 1e-6
+ref = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + 1e-6) * w[:, None, None, :]
+out["knorm_err_before"] = (DFlashQwen3Model._normalize_context_k(Model(), k) - ref).abs().max().item()
+import qualify_vllm_cpu
+out["changes"] = qualify_vllm_cpu.register()
+out["changes_again"] = qualify_vllm_cpu.register()
+out["kernel_after"] = type(init_mxfp8_linear_kernel(weight_shape=(64, 64))).__name__
+out["dtypes_after"] = [str(d) for d in ModelOptMxFp8Config.get_supported_act_dtypes(None)]
+out["knorm_err_after"] = (DFlashQwen3Model._normalize_context_k(Model(), k) - ref).abs().max().item()
+print("RESULT " + json.dumps(out))
+"""
+
+# Each case changes one internal (or the version, or the platform), then registers.
+REFUSE = """
+import json
+import qualify_vllm_cpu
+{setup}
+try:
+    qualify_vllm_cpu.register()
+    print("RESULT " + json.dumps({{"error": None}}))
+except qualify_vllm_cpu.PluginError as exc:
+    print("RESULT " + json.dumps({{"error": str(exc)}}))
+"""
+
+REFUSALS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "version": ("import vllm; vllm.__version__ = '0.33.0'", ("'0.33.0'", "not '0.32.0'")),
+    "platform": ("from vllm.platforms import current_platform; type(current_platform).is_cpu = lambda self: False",
+                 ("not the CPU",)),
+    "kernel list": ("import vllm.model_executor.kernels.linear as m; del m._POSSIBLE_MXFP8_KERNELS",
+                    ("vllm.model_executor.kernels.linear._POSSIBLE_MXFP8_KERNELS", "does not exist")),
+    "emulation kernel": (
+        "import vllm.model_executor.kernels.linear.mxfp8.emulation as m; del m.EmulationMxfp8LinearKernel",
+        ("EmulationMxfp8LinearKernel", "does not exist")),
+    "act dtypes": (
+        "import torch\nfrom vllm.model_executor.layers.quantization.modelopt import ModelOptMxFp8Config as C\n"
+        "C.get_supported_act_dtypes = lambda self: [torch.bfloat16, torch.float32]",
+        ("ModelOptMxFp8Config.get_supported_act_dtypes", "not [torch.bfloat16]")),
+    "k-norm source": (
+        "from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model as M\n"
+        "def _normalize_context_k(self, all_k):\n    return all_k\nM._normalize_context_k = _normalize_context_k",
+        ("DFlashQwen3Model._normalize_context_k", "has changed")),
+    "k-norm signature": (
+        "from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model as M\n"
+        "M._normalize_context_k = lambda self, all_k, eps: all_k",
+        ("DFlashQwen3Model._normalize_context_k", "takes (self, all_k, eps)")),
+    "k-norm gone": (
+        "from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model as M\ndel M._normalize_context_k",
+        ("DFlashQwen3Model._normalize_context_k", "does not exist")),
+}
+
+
+def _probe(code: str) -> tuple[dict[str, Any], str]:
+    try:
+        python = find_vllm_python()
+    except HarnessError as exc:
+        pytest.fail(f"{exc} ({exc.hint})", pytrace=False)
+    env = {**os.environ, **server_env(), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=PROBE_TIMEOUT_S, cwd=str(Path(__file__).parent))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"probe failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix("RESULT ")), proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def applied() -> tuple[dict[str, Any], str]:
+    return _probe(APPLY)
+
+
+def test_entry_point_is_discovered_from_pythonpath(applied: tuple[dict[str, Any], str]) -> None:
+    assert "qualify_vllm_cpu:register" in applied[0]["entry_points"]
+
+
+def test_mxfp8_kernel_missing_on_cpu_without_plugin_emulation_with_it(applied: tuple[dict[str, Any], str]) -> None:
+    out = applied[0]
+    assert out["kernel_before"].startswith("ValueError: Failed to find a kernel that can implement the MXFP8")
+    assert out["kernel_after"] == "EmulationMxfp8LinearKernel"
+
+
+def test_float32_activations_added(applied: tuple[dict[str, Any], str]) -> None:
+    out = applied[0]
+    assert out["dtypes_before"] == ["torch.bfloat16"]
+    assert out["dtypes_after"] == ["torch.bfloat16", "torch.float32"]
+
+
+def test_context_k_norm_uses_each_layers_weight(applied: tuple[dict[str, Any], str]) -> None:
+    out = applied[0]
+    # vLLM 0.32.0 on CPU: layer 0's weight for every layer, far from the reference.
+    assert out["knorm_err_before"] > 0.1
+    assert out["knorm_err_after"] < 1e-5
+
+
+def test_register_is_idempotent_and_logs_what_it_changed(applied: tuple[dict[str, Any], str]) -> None:
+    out, log = applied
+    assert out["changes"] == out["changes_again"]
+    assert [c.split(":")[0] for c in out["changes"]] == [
+        "mxfp8-emulation-kernel", "mxfp8-float32-activations", "dflash-context-k-norm"]
+    active = [line for line in log.splitlines() if ACTIVE_LINE in line]
+    assert len(active) == 2 and "vLLM 0.32.0" in active[0] and "dflash-context-k-norm" in active[0]
+
+
+@pytest.fixture(scope="module")
+def refusals() -> dict[str, str | None]:
+    # One interpreter per case: each breaks vLLM differently.
+    return {name: _probe(REFUSE.format(setup=setup))[0]["error"] for name, (setup, _) in REFUSALS.items()}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_refuses_by_name_when_an_internal_moved(refusals: dict[str, str | None], case: str) -> None:
+    error = refusals[case]
+    assert error is not None, f"{case}: the plugin registered although the internal moved"
+    for words in REFUSALS[case][1]:
+        assert words in error, f"{case}: {words!r} not in {error!r}"
