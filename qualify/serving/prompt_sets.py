@@ -1,0 +1,188 @@
+"""Prompt sets read from local files in their published formats, and the identity that makes them evidence.
+
+A figure is only as comparable as the prompts it was measured on, so every set a run
+reads is identified by the sha256 of its file's bytes (and how many of its prompts were
+used), and the chat template that turned chat prompts into tokens by its own sha256.
+Nothing is downloaded at run time: a GPU runner places the files, the profile names them.
+
+Formats (one JSON object a line for the JSONL ones; blank lines are allowed):
+
+- ``qualify``: this repository's prompt set (``fixtures/prompts/``): see
+  :func:`qualify.serving.client.load_prompts`.
+- ``mt-bench``: FastChat's ``question.jsonl``: ``question_id``, ``category``, ``turns`` (a
+  list of user messages). The first turn is asked as a chat message (a second turn needs
+  the model's own first answer, which would make the two drafts' prompts differ).
+- ``gsm8k``: the GSM8K ``test.jsonl``: ``question`` (asked as a chat message) and
+  ``answer`` (required, not sent); category ``gsm8k``.
+- ``humaneval``: OpenAI's ``HumanEval.jsonl``: ``task_id`` and ``prompt`` (sent as a plain
+  completion, the way the set is meant to be continued); category ``humaneval``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qualify.errors import JsonProblem, UsageError
+from qualify.serving.client import Prompt, PromptSet, load_prompts
+from qualify.util.jsonio import parse_strict
+
+FORMATS: tuple[str, ...] = ("qualify", "mt-bench", "gsm8k", "humaneval")
+#: What a standard set's licence line says: the harness does not verify a downloaded file's licence.
+STANDARD_LICENCE = "as published by its authors; the file was placed by the user and its licence is not verified here"
+
+
+def _read(path: Path, where: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file", hint="place the published file there; nothing is "
+                                                        "downloaded at run time") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where}: is a folder, not a file") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read: {exc.strerror or exc}") from None
+
+
+def _jsonl(raw: bytes, where: str) -> list[tuple[int, dict[str, Any]]]:
+    """Every non-blank line as (line number, object); a line that is not a JSON object names itself."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    out = []
+    offset = 0
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        body = line.strip()
+        if body:
+            try:
+                obj = parse_strict(body, offset)
+            except JsonProblem as exc:
+                raise UsageError(f"{where}: line {number}: {exc}") from None
+            if not isinstance(obj, dict):
+                raise UsageError(f"{where}: line {number}: expected a JSON object, found {type(obj).__name__}")
+            out.append((number, obj))
+        offset += len(line.encode("utf-8"))
+    if not out:
+        raise UsageError(f"{where}: no prompt in the file (empty)")
+    return out
+
+
+def _text(obj: dict[str, Any], key: str, where: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value.strip():
+        got = "missing" if key not in obj else f"{type(value).__name__} {value!r}"[:80]
+        raise UsageError(f"{where}: '{key}' must be a non-empty string ({got})")
+    return value
+
+
+def _ident(obj: dict[str, Any], key: str, where: str) -> str:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or (isinstance(value, str) and not value):
+        raise UsageError(f"{where}: '{key}' must be a non-empty string or an integer, not {value!r}"[:200])
+    return str(value)
+
+
+def _mt_bench(obj: dict[str, Any], where: str) -> Prompt:
+    qid = _ident(obj, "question_id", where)
+    category = _text(obj, "category", where)
+    turns = obj.get("turns")
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise UsageError(f"{where}: 'turns' must be a non-empty list of non-empty strings")
+    return Prompt(f"mt-bench-{qid}", category, "chat", messages=({"role": "user", "content": turns[0]},))
+
+
+def _gsm8k(obj: dict[str, Any], where: str, number: int) -> Prompt:
+    question = _text(obj, "question", where)
+    _text(obj, "answer", where)  # a file without answers is not the published test set
+    return Prompt(f"gsm8k-{number}", "gsm8k", "chat", messages=({"role": "user", "content": question},))
+
+
+def _humaneval(obj: dict[str, Any], where: str) -> Prompt:
+    task = _text(obj, "task_id", where)
+    return Prompt(task, "humaneval", "completion", prompt=_text(obj, "prompt", where))
+
+
+def load_prompt_set(path: Path, fmt: str, *, name: str | None = None, limit: int | None = None) -> PromptSet:
+    """A prompt set from a local file in its published format; strict, every problem naming the file and line.
+
+    Args:
+        path: the file.
+        fmt: one of :data:`FORMATS`.
+        name: the set's name in the report (default: the format's, or the shipped set's own).
+        limit: use only the first ``limit`` prompts (in file order); the identity says so.
+
+    Raises:
+        UsageError: unknown format, missing or unreadable file, a malformed line, a duplicate id.
+    """
+    path = Path(path)
+    where = f"prompt set {path} ({fmt})"
+    if fmt not in FORMATS:
+        raise UsageError(f"prompt set {path}: unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if limit is not None and limit < 1:
+        raise UsageError(f"{where}: limit must be at least 1, not {limit}")
+    if fmt == "qualify":
+        loaded = load_prompts(path)
+        prompts = loaded.prompts[:limit] if limit is not None else loaded.prompts
+        categories = tuple(c for c in loaded.categories if any(p.category == c for p in prompts))
+        return PromptSet(name or loaded.name, path, loaded.sha256, loaded.licence, categories, prompts)
+    raw = _read(path, where)
+    readers: dict[str, Callable[[dict[str, Any], str, int], Prompt]] = {
+        "mt-bench": lambda o, w, n: _mt_bench(o, w),
+        "gsm8k": _gsm8k,
+        "humaneval": lambda o, w, n: _humaneval(o, w),
+    }
+    prompts: list[Prompt] = []
+    seen: dict[str, int] = {}
+    for number, obj in _jsonl(raw, where):
+        at = f"{where}: line {number}"
+        prompt = readers[fmt](obj, at, number)
+        if prompt.id in seen:
+            raise UsageError(f"{at}: id {prompt.id!r} repeats line {seen[prompt.id]}")
+        seen[prompt.id] = number
+        prompts.append(prompt)
+    if limit is not None:
+        prompts = prompts[:limit]
+    categories = tuple(dict.fromkeys(p.category for p in prompts))
+    return PromptSet(name or fmt, path, hashlib.sha256(raw).hexdigest(), STANDARD_LICENCE, categories,
+                     tuple(prompts))
+
+
+def set_identity(ps: PromptSet, fmt: str, total: int | None = None) -> dict[str, Any]:
+    """What the report records of a set: name, format, file, sha256 of its bytes, prompts used per category."""
+    out = ps.identity()
+    out["format"] = fmt
+    if total is not None and total != len(ps.prompts):
+        out["used"] = f"the first {len(ps.prompts)} of {total} prompts"
+    return out
+
+
+def chat_template_identity(model_dir: Path | None) -> dict[str, Any]:
+    """The sha256 of the chat template a local model folder carries, or why it is not known.
+
+    The template is ``chat_template.jinja`` when the folder has one (what transformers and
+    vLLM prefer), else ``tokenizer_config.json``'s ``chat_template``. A served model that is
+    not a local folder cannot be read here: the identity then says "not verified", never a hash.
+    """
+    if model_dir is None:
+        return {"sha256": None, "source": None,
+                "note": "not verified: the served target is not a local folder the harness can read"}
+    jinja = Path(model_dir) / "chat_template.jinja"
+    if jinja.is_file():
+        return {"sha256": hashlib.sha256(jinja.read_bytes()).hexdigest(), "source": str(jinja)}
+    config = Path(model_dir) / "tokenizer_config.json"
+    try:
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        template = None
+    if not isinstance(template, str) or not template:
+        return {"sha256": None, "source": str(config),
+                "note": "no chat template found in the target folder: chat prompts use the server's default"}
+    return {"sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
+            "source": f"{config} (chat_template)"}
+
+
+__all__ = ["FORMATS", "chat_template_identity", "load_prompt_set", "set_identity"]
