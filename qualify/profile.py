@@ -15,6 +15,7 @@ each other (``TP`` in the env and ``tensor_parallel_size``, say) are cross-check
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -114,6 +115,7 @@ class Profile:
     tensor_parallel_size: int
     statistics_rtol: float
     statistics_atol: float
+    allow_code: bool = False  # [manifest] allow_code: Python modules, auto_map and pickles may ship
 
     @property
     def measured_levels(self) -> tuple[str, ...]:
@@ -361,7 +363,7 @@ def _parse(raw: bytes, path: Path, *, shipped_name: str | None) -> Profile:
     errors = schema_errors(data, "profile")
     if errors:
         raise ProfileError(f"{where}: " + "; ".join(errors))
-    problems = _consistency_errors(data)
+    problems = _finite_errors(data) + _consistency_errors(data)
     if problems:
         raise ProfileError(f"{where}: " + "; ".join(problems))
 
@@ -387,7 +389,19 @@ def _parse(raw: bytes, path: Path, *, shipped_name: str | None) -> Profile:
         tensor_parallel_size=data["parallelism"]["tensor_parallel_size"],
         statistics_rtol=float(data["manifest"]["statistics_rtol"]),
         statistics_atol=float(data["manifest"]["statistics_atol"]),
+        allow_code=bool(data["manifest"].get("allow_code", False)),
     )
+
+
+def _finite_errors(data: dict[str, Any]) -> list[str]:
+    """Tolerances that are NaN or infinite: TOML allows ``nan`` and ``inf``, and JSON Schema's minimum lets them
+    through, but a NaN tolerance makes every comparison pass and an infinite one accepts any claim."""
+    out = []
+    for key in ("statistics_rtol", "statistics_atol"):
+        value = data["manifest"][key]
+        if isinstance(value, float) and not math.isfinite(value):
+            out.append(f"$.manifest.{key}: {value} is not a finite number >= 0")
+    return out
 
 
 def _consistency_errors(data: dict[str, Any]) -> list[str]:

@@ -197,7 +197,8 @@ def test_the_gates_listing_is_the_reports(tmp_path):
         (tmp_path / rel).write_text(rel)
     (tmp_path / "link.json").symlink_to(tmp_path / "a.json")
     assert list_files(tmp_path) == list_checkpoint_files(tmp_path)
-    assert "x/.cache/y" not in list_files(tmp_path) and ".hidden" in list_files(tmp_path)
+    assert ".git/HEAD" not in list_files(tmp_path) and ".hidden" in list_files(tmp_path)
+    assert "x/.cache/y" in list_files(tmp_path)  # only .cache/huggingface/ is the hub client's, never uploaded
 
 
 # -- arguments --------------------------------------------------------------------------

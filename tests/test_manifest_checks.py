@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -77,7 +78,11 @@ def _as_hub_snapshot(ckpt, cache, repo="models--org--draft"):
     blobs.mkdir(parents=True)
     snap.mkdir(parents=True)
     for f in sorted(ckpt.iterdir()):
-        blob = blobs / f"blob-{f.name}"
+        # The hub names an LFS file's blob by its sha256, any other file's by its git blob id.
+        data = f.read_bytes()
+        name = (hashlib.sha256(data).hexdigest() if f.suffix == ".safetensors"
+                else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
+        blob = blobs / name
         f.replace(blob)
         os.symlink(os.path.relpath(blob, snap), snap / f.name)
     return snap
@@ -349,8 +354,9 @@ def test_check_paths_exact(fixture_copy):
         (M, None, "output path './after.json' is not normalised (empty or '.' components)"),
         (M, None, "source path '/abs.json' is absolute; manifest paths are relative to the checkpoint root")]
     # Three output files, the duplicate, '../up.json', 'loop.json', './after.json'; two source files, '/abs.json'.
-    assert ev.measured == {"paths_checked": 10}
-    assert ev.summary == "manifest paths are relative, unique and stay inside the checkpoint"
+    assert ev.measured == {"paths_checked": 10, "blobs_verified": 0, "files_in_folder": 5}
+    assert ev.summary == ("manifest paths are relative, unique and stay inside the checkpoint, and so does every "
+                          "file in the folder")
 
 
 def test_check_paths_outside_and_empty(fixture_copy, tmp_path):
@@ -361,11 +367,17 @@ def test_check_paths_outside_and_empty(fixture_copy, tmp_path):
     ev = m.check_paths(m.read_manifest_json(ckpt), ckpt)
     assert found(ev) == [("extra.json", None, f"output path 'extra.json' resolves outside the checkpoint "
                                               f"(to {(tmp_path / 'outside.json').resolve()})")]
+    outside = (tmp_path / "outside.json").resolve()
     for raw in ({}, {"output": [], "source": {"files": "none"}}, {"output": {"files": []}, "source": {}}):
         empty = m.check_paths(raw, ckpt)
-        assert found(empty) == [(M, None, "the manifest lists no files")] and empty.measured == {"paths_checked": 0}
+        # The folder itself is still looked at: the link ships whatever the manifest says.
+        assert found(empty) == [(M, None, "the manifest lists no files"),
+                                ("extra.json", None, f"resolves outside the checkpoint (to {outside}); it would "
+                                 "ship another file's bytes")]
+        assert empty.measured["paths_checked"] == 0
+    (ckpt / "extra.json").unlink()
     one = m.check_paths({"source": {"files": [{"path": "a.json"}]}}, ckpt)
-    assert one.ok and one.measured == {"paths_checked": 1}
+    assert one.ok and one.measured == {"paths_checked": 1, "blobs_verified": 0, "files_in_folder": 4}
 
 
 @pytest.mark.parametrize(
@@ -388,11 +400,13 @@ def test_path_problems(path, problem):
     assert m._path_problem(path) == problem
 
 
-def test_list_checkpoint_files_skips_dot_directories_only(tmp_path):
-    for rel in (".cache/x.json", "sub/.hidden/y.json", ".top.json", "a.json", "sub/b.json", "sub/c/d.json"):
+def test_list_checkpoint_files_skips_only_what_an_upload_skips(tmp_path):
+    for rel in (".git/HEAD", "x/.git/y", ".cache/huggingface/x.json", ".cache/x.json", "sub/.hidden/y.json",
+                ".top.json", "a.json", "sub/b.json", "sub/c/d.json"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("{}")
-    assert m.list_checkpoint_files(tmp_path) == [".top.json", "a.json", "sub/b.json", "sub/c/d.json"]
+    assert m.list_checkpoint_files(tmp_path) == [".cache/x.json", ".top.json", "a.json", "sub/.hidden/y.json",
+                                                 "sub/b.json", "sub/c/d.json"]
 
 
 def test_check_file_list_exact(fixture_copy):
@@ -406,14 +420,18 @@ def test_check_file_list_exact(fixture_copy):
 
     edit_manifest(ckpt, damage)
     ev = m.check_file_list(m.load_manifest(ckpt), ckpt)
+    unlisted = ("present in the checkpoint but not listed in the manifest: it would ship unverified (only README, "
+                "images and licence texts may be unlisted)")
     assert found(ev) == [
         ("gone.safetensors", None, "listed in the manifest but missing from the checkpoint"),
-        ("extra.json", None, "present in the checkpoint but not listed in the manifest (unverified content)"),
+        ("extra.json", None, unlisted),
+        ("notes.txt", None, unlisted),
         (M, None, "the manifest lists itself; its own checksum cannot be inside it"),
     ]
     # Listed: three files, gone.safetensors and the manifest; present: four files, extra.json, notes.txt.
-    assert ev.measured == {"files_listed": 5, "files_present": 6}
-    assert ev.summary == "every file that affects loading is listed in the manifest, and every listed file exists"
+    assert ev.measured == {"files_listed": 5, "files_present": 6, "files_unlisted_never_loaded": 0, "code_files": 0}
+    assert ev.summary == ("every file in the checkpoint is listed in the manifest (or is one no runtime loads: "
+                          "README, images, licence), no file is code or a pickle, and every listed file exists")
 
 
 def test_check_checksums_exact(fixture_copy):

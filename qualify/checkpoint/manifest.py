@@ -10,14 +10,16 @@ of claims that is empty is a finding, never a pass.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from qualify import __version__
+from qualify.checkpoint import files
 from qualify.checkpoint.checksums import sha256_files, thread_map
-from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.checkpoint.safetensors_io import INDEX_NAME, Checkpoint
 from qualify.errors import CheckpointError, ManifestError
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
@@ -188,6 +190,10 @@ def _path_problem(path: str) -> str | None:
     p = PurePosixPath(path)
     if not path or path != path.strip():
         return "is empty or has surrounding whitespace"
+    bad = next((ch for ch in path if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs")), None)
+    if bad is not None:
+        # A NUL ends the path for the operating system; other controls hide what the name says.
+        return f"contains the control character {bad!a}, which no file name may hold"
     if "\\" in path or re.match(r"^[A-Za-z]:", path):
         return "is not a POSIX relative path"
     if p.is_absolute():
@@ -204,32 +210,96 @@ def storage_roots(root: Path) -> tuple[Path, ...]:
 
     The hub's cache keeps a snapshot (``models--ORG--NAME/snapshots/COMMIT/``) as symlinks into
     the repository's content-addressed ``blobs/`` folder; those links do not leave the
-    release, while a link anywhere else does.
+    release, while a link anywhere else does. A ``blobs`` that is itself a link, or that
+    resolves outside its repository's folder, is no storage root: through it, "inside the
+    blobs" could mean anywhere on the machine.
     """
     real_root = Path(root).resolve()
-    snapshots = Path(root).absolute().parent
-    repo_dir = snapshots.parent
-    if snapshots.name == "snapshots" and repo_dir.name.startswith("models--"):
-        return real_root, (repo_dir / "blobs").resolve()
-    return (real_root,)
+    repo_dir = files.hub_repo_of(root)
+    if repo_dir is None:
+        return (real_root,)
+    blobs = repo_dir / "blobs"
+    if blobs.is_symlink() or not blobs.resolve().is_relative_to(repo_dir.resolve()):
+        return (real_root,)
+    return real_root, blobs.resolve()
+
+
+def _resolved(path: Path) -> tuple[Path | None, str | None]:
+    """``path`` with every link resolved, or None and why it cannot be."""
+    try:
+        return path.resolve(strict=True), None
+    except FileNotFoundError:
+        return None, "is a broken link or names no file"
+    except (OSError, RuntimeError, ValueError) as exc:  # a link loop, a NUL byte, a name too long
+        return None, f"cannot be resolved: {exc}"
+
+
+def _check_storage(root: Path, ev: Evidence, reported: set[str]) -> int:
+    """Every file in the folder stays inside its storage roots; a hub snapshot's blobs are named by their digests.
+
+    ``reported``: paths whose escape the manifest's own entries already reported. Returns how
+    many files were looked at.
+    """
+    allowed = storage_roots(root)
+    repo_dir = files.hub_repo_of(root)
+    blobs = allowed[1] if len(allowed) > 1 else None
+    if repo_dir is not None and blobs is None and (repo_dir / "blobs").exists():
+        ev.add(f"the hub cache's blobs folder {repo_dir / 'blobs'} is a link or lies outside its repository "
+               f"(it resolves to {(repo_dir / 'blobs').resolve()}): no file may be read through it",
+               file="blobs")
+    in_blobs: list[tuple[str, Path]] = []
+    present = list_checkpoint_files(root)
+    for rel in present:
+        resolved, problem = _resolved(root / rel)
+        if resolved is None:
+            if rel not in reported:
+                ev.add(f"{problem}; it would ship as it is", file=rel)
+            continue
+        if not any(resolved.is_relative_to(r) for r in allowed):
+            if rel not in reported:
+                ev.add(f"resolves outside the checkpoint (to {resolved}); it would ship another file's bytes",
+                       file=rel)
+        elif blobs is not None and resolved.is_relative_to(blobs):
+            if resolved.parent != blobs:
+                ev.add(f"resolves into a subfolder of the hub cache's blobs ({resolved})", file=rel)
+            else:
+                in_blobs.append((rel, resolved))
+    if in_blobs:
+        try:
+            digests = sha256_files([p for _, p in in_blobs], labels=[r for r, _ in in_blobs])
+        except CheckpointError as exc:
+            ev.add(exc.detail, file=exc.file)
+            return len(present)
+        for rel, blob in in_blobs:
+            problem = files.blob_name_problem(blob, digests[blob])
+            if problem:
+                ev.add(f"hub cache blob is not content-addressed: {problem}", file=rel)
+    ev.measured["blobs_verified"] = len(in_blobs)
+    return len(present)
 
 
 def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
-    """Every path is relative, stays inside the checkpoint (symlinks included) and is listed once."""
-    ev = Evidence("manifest paths are relative, unique and stay inside the checkpoint")
+    """Every path is relative, stays inside the checkpoint (symlinks included) and is listed once.
+
+    Every file in the folder, listed or not, must resolve inside the checkpoint (or, for a hub
+    cache snapshot, into its own repository's content-addressed blobs): a release uploads them all.
+    """
+    ev = Evidence("manifest paths are relative, unique and stay inside the checkpoint, and so does every file "
+                  "in the folder")
     root = Path(root)
     allowed = storage_roots(root)
     checked = 0
+    reported: set[str] = set()
     for section, base in (("output", root), ("source", None)):
         # The raw JSON has not passed the schema yet: any part of it may have any type.
         sec = manifest_raw.get(section)
-        files = sec.get("files") if isinstance(sec, dict) else None
-        files = files if isinstance(files, list) else []
-        counts = Counter(f["path"] for f in files if isinstance(f, dict) and isinstance(f.get("path"), str))
+        entries = sec.get("files") if isinstance(sec, dict) else None
+        entries = entries if isinstance(entries, list) else []
+        counts = Counter(f["path"] for f in entries if isinstance(f, dict) and isinstance(f.get("path"), str))
         for path, n in counts.items():
             if n > 1:
                 ev.add(f"{section} file {path!r} is listed {n} times", file=MANIFEST_NAME)
-        for f in files:
+        for f in entries:
             path = f.get("path") if isinstance(f, dict) else None
             if not isinstance(path, str):
                 ev.add(f"{section} file entry has no path", file=MANIFEST_NAME)
@@ -240,46 +310,130 @@ def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
                 ev.add(f"{section} path {path!r} {problem}", file=MANIFEST_NAME)
                 continue
             if base is not None:
-                target = base / path
                 try:
-                    resolved = target.resolve()
-                except (OSError, RuntimeError) as exc:
+                    resolved = (base / path).resolve()
+                except (OSError, RuntimeError, ValueError) as exc:
                     ev.add(f"output path {path!r} cannot be resolved: {exc}", file=MANIFEST_NAME)
+                    reported.add(path)
                     continue
                 if not any(resolved.is_relative_to(r) for r in allowed):
                     ev.add(f"output path {path!r} resolves outside the checkpoint (to {resolved})", file=path)
+                    reported.add(path)
     ev.measured["paths_checked"] = checked
     if checked == 0:
         ev.add("the manifest lists no files", file=MANIFEST_NAME)
+    if root.is_dir():
+        ev.measured["files_in_folder"] = _check_storage(root, ev, reported)
     return ev
 
 
 def list_checkpoint_files(root: Path) -> list[str]:
-    """Regular files under ``root`` as '/'-separated relative paths, skipping dot-directories (.git, .cache)."""
+    """Regular files and links under ``root`` as '/'-separated relative paths: everything an upload ships.
+
+    Only ``.git/`` and ``.cache/huggingface/`` are left out (:data:`~qualify.checkpoint.files.SKIPPED_DIRS`).
+    A link to a folder is listed as one entry, never followed.
+    """
     root = Path(root)
     out = []
     for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts[:-1]):
+        rel = p.relative_to(root).as_posix()
+        if files.skipped(rel):
             continue
-        if p.is_file() or p.is_symlink():
-            out.append(rel.as_posix())
+        if p.is_symlink() or p.is_file():
+            out.append(rel)
     return out
 
 
-def check_file_list(manifest: Manifest, root: Path) -> Evidence:
-    """The manifest's output list and the checkpoint directory name the same load-relevant files."""
-    ev = Evidence("every file that affects loading is listed in the manifest, and every listed file exists")
-    present = set(list_checkpoint_files(root))
+def _index_shards(root: Path, ev: Evidence) -> set[str] | None:
+    """The shards ``model.safetensors.index.json`` names, or None when there is no index."""
+    index_path = root / INDEX_NAME
+    if not (index_path.exists() or index_path.is_symlink()):
+        return None
+    try:
+        index = load_json_file(index_path, display=INDEX_NAME, error=ManifestError)
+    except ManifestError as exc:
+        ev.add(f"cannot tell which safetensors files are loaded: {exc.detail}", file=INDEX_NAME)
+        return set()
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        ev.add("has no weight_map object, so no shard is indexed", file=INDEX_NAME)
+        return set()
+    return {v for v in weight_map.values() if isinstance(v, str)}
+
+
+def _check_safetensors_accounted(root: Path, present: list[str], ev: Evidence) -> None:
+    """Every ``.safetensors`` file is the single weights file, or a shard the index names."""
+    weights = [r for r in present if r.endswith(".safetensors")]
+    shards = _index_shards(root, ev)
+    if shards is None:
+        top = [r for r in weights if "/" not in r]
+        for rel in weights:
+            if "/" in rel:
+                ev.add("a safetensors file in a subfolder: loaders read only the top folder's weights", file=rel)
+            elif len(top) > 1:
+                ev.add(f"one of {len(top)} safetensors files without an index: which tensors load is undefined",
+                       file=rel)
+        return
+    for rel in weights:
+        if rel not in shards:
+            ev.add(f"a safetensors file that {INDEX_NAME} does not name: its tensors are never checked, "
+                   "yet it ships", file=rel)
+
+
+def _check_code(root: Path, present: list[str], ev: Evidence) -> int:
+    """Findings for every file that is code, a pickle, or a JSON file naming code (``auto_map``)."""
+    found = 0
+    for rel in present:
+        path = root / rel
+        if not path.is_file():
+            continue
+        try:
+            head = files.read_head(path)
+        except OSError as exc:
+            ev.add(f"cannot be read: {exc.strerror or exc}", file=rel)
+            continue
+        reason = files.executable_reason(rel, head)
+        if reason is None and rel.endswith(".json") and rel != MANIFEST_NAME:
+            try:
+                data = load_json_file(path, display=rel, error=ManifestError)
+            except ManifestError as exc:
+                reason = f"cannot be read as JSON, so whether it names code is unknown: {exc.detail}"
+            else:
+                keys = list(files.code_keys(data))
+                if keys:
+                    reason = (f"names Python code to import ({', '.join(keys)}): loading it with "
+                              "trust_remote_code runs the checkpoint's own modules")
+        if reason is not None:
+            found += 1
+            ev.add(f"{reason}; the profile does not allow code in a checkpoint ([manifest] allow_code)", file=rel)
+    return found
+
+
+def check_file_list(manifest: Manifest, root: Path, *, allow_code: bool = False) -> Evidence:
+    """Every file in the folder is accounted for: listed with its checksum, or on the never-loaded list.
+
+    Beyond that: no file is code or a pickle (unless ``allow_code``), and every
+    ``.safetensors`` file is the single weights file or a shard the index names.
+    """
+    ev = Evidence("every file in the checkpoint is listed in the manifest (or is one no runtime loads: "
+                  "README, images, licence), no file is code or a pickle, and every listed file exists")
+    root = Path(root)
+    present = list_checkpoint_files(root)
     listed = {f.path for f in manifest.output_files}
-    for path in sorted(listed - present):
+    for path in sorted(listed - set(present)):
         ev.add("listed in the manifest but missing from the checkpoint", file=path)
-    for path in sorted(present - listed - {MANIFEST_NAME}):
-        if path.endswith(LOAD_RELEVANT_SUFFIXES):
-            ev.add("present in the checkpoint but not listed in the manifest (unverified content)", file=path)
+    unlisted = [p for p in present if p not in listed and p != MANIFEST_NAME]
+    for path in unlisted:
+        if not files.is_never_loaded(path):
+            ev.add("present in the checkpoint but not listed in the manifest: it would ship unverified (only "
+                   "README, images and licence texts may be unlisted)", file=path)
     if MANIFEST_NAME in listed:
         ev.add("the manifest lists itself; its own checksum cannot be inside it", file=MANIFEST_NAME)
-    ev.measured.update(files_listed=len(listed), files_present=len(present))
+    _check_safetensors_accounted(root, present, ev)
+    code = 0 if allow_code else _check_code(root, present, ev)
+    ev.expected["allow_code"] = allow_code
+    ev.measured.update(files_listed=len(listed), files_present=len(present),
+                       files_unlisted_never_loaded=sum(files.is_never_loaded(p) for p in unlisted), code_files=code)
     return ev
 
 

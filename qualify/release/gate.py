@@ -26,20 +26,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from qualify.checkpoint.checksums import sha256_files
+from qualify.checkpoint.files import is_never_loaded
 from qualify.checkpoint.manifest import FileEntry, list_checkpoint_files
 from qualify.errors import CheckpointError, UsageError
 from qualify.report.model import LEVELS, Run, Status, Verdict
 
 REVISION_RE = re.compile(r"[0-9a-f]{40}")
 
-#: Files a runtime never reads when it loads a checkpoint: a model card added or edited
-#: after qualification must not block the release. Everything else is load-relevant
-#: (weights, configs, tokenizer files, custom code), so an unknown file is a refusal.
-NOT_LOAD_RELEVANT_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
-NOT_LOAD_RELEVANT_STEMS = ("LICENSE", "LICENCE", "NOTICE", "COPYING")
 
 
 @dataclass(frozen=True)
@@ -54,12 +50,10 @@ class Expected:
 
 
 def is_load_relevant(rel: str) -> bool:
-    name = PurePosixPath(rel).name
-    if any(part.startswith(".") for part in PurePosixPath(rel).parts):
-        return False  # .git/, .cache/huggingface/ download metadata, .gitattributes: never loaded
-    if name.lower().endswith(NOT_LOAD_RELEVANT_SUFFIXES):
-        return False
-    return name.upper().split(".")[0] not in NOT_LOAD_RELEVANT_STEMS
+    """Whether a runtime may read the file: a model card added or edited after qualification must not block
+    the release, but everything else (weights, configs, tokenizer files, code) is a refusal when unreported.
+    The list of never-loaded files has one home, :mod:`qualify.checkpoint.files`."""
+    return not is_never_loaded(rel)
 
 
 def list_files(root: Path) -> list[str]:

@@ -1,0 +1,118 @@
+"""Which files of a checkpoint folder ship, which of them a runtime may load, and which may run code.
+
+A release uploads the whole folder, so every file in it must be accounted for: verified
+through the manifest, or on the short list of files no runtime ever loads
+(:data:`NEVER_LOADED_SUFFIXES`, :data:`NEVER_LOADED_STEMS`). Files that carry code --
+Python modules, a config's ``auto_map`` that makes ``trust_remote_code`` import them, and
+pickles (``torch.load`` runs whatever a pickle says) -- are refused unless the profile
+allows them. This module is the one home of those lists; the structure checks and the
+release gate both read them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+#: Folders an upload leaves out and a loader never reads: git's own, and the hub client's download metadata.
+SKIPPED_DIRS: tuple[tuple[str, ...], ...] = ((".git",), (".cache", "huggingface"))
+
+#: Files a runtime never reads when it loads a checkpoint (the model card, pictures, legal texts),
+#: so they may ship without a manifest entry. Everything else must be listed and verified.
+NEVER_LOADED_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
+NEVER_LOADED_STEMS = ("LICENSE", "LICENCE", "NOTICE", "COPYING")
+NEVER_LOADED_NAMES = (".gitattributes", ".gitignore")
+
+#: Suffixes of files that are code, or pickles a loader would unpickle (and so run).
+EXECUTABLE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".dylib", ".dll", ".sh",
+                       ".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
+#: A config key that makes transformers import the checkpoint's own Python modules.
+CODE_KEYS = ("auto_map",)
+# Pickle protocol 2-5 starts with PROTO (0x80) and the protocol number; torch.save's zip
+# archive (which holds a data.pkl) starts like any zip file.
+_PICKLE_MAGIC = tuple(bytes([0x80, n]) for n in range(2, 6))
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def skipped(rel: str) -> bool:
+    """Whether ``rel`` lies in a folder an upload leaves out (``.git/``, ``.cache/huggingface/``)."""
+    parts = PurePosixPath(rel).parts[:-1]
+    return any(parts[i : i + len(d)] == d for d in SKIPPED_DIRS for i in range(len(parts)))
+
+
+def is_never_loaded(rel: str) -> bool:
+    """Whether no runtime reads this file when it loads a checkpoint (a README, an image, a licence)."""
+    name = PurePosixPath(rel).name
+    if skipped(rel) or name in NEVER_LOADED_NAMES:
+        return True
+    if name.lower().endswith(NEVER_LOADED_SUFFIXES):
+        return True
+    return name.upper().split(".")[0] in NEVER_LOADED_STEMS
+
+
+def executable_reason(rel: str, head: bytes) -> str | None:
+    """Why the file at ``rel`` (whose first bytes are ``head``) is code or a pickle, or None.
+
+    Args:
+        rel: the path relative to the checkpoint.
+        head: at least the file's first 4 bytes (fewer if it is shorter).
+    """
+    name = PurePosixPath(rel).name.lower()
+    suffix = next((s for s in EXECUTABLE_SUFFIXES if name.endswith(s)), None)
+    if suffix is not None:
+        return f"a {suffix} file is code or a pickle, which runs when it is loaded"
+    if head[:2] in _PICKLE_MAGIC:
+        return "holds a pickle (it starts with pickle's PROTO opcode), which runs code when it is loaded"
+    if head.startswith(_ZIP_MAGIC):
+        return "is a zip archive (torch.save's format holds a pickle), which runs code when it is loaded"
+    return None
+
+
+def code_keys(value: Any, path: str = "$") -> Iterator[str]:
+    """JSON paths of every :data:`CODE_KEYS` key anywhere inside a parsed JSON value."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}"
+            if key in CODE_KEYS:
+                yield here
+            yield from code_keys(item, here)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from code_keys(item, f"{path}[{i}]")
+
+
+def read_head(path: Path, n: int = 8) -> bytes:
+    """The first ``n`` bytes of a file (fewer if it is shorter)."""
+    with open(path, "rb") as fh:
+        return fh.read(n)
+
+
+def hub_repo_of(root: Path) -> Path | None:
+    """The ``models--ORG--NAME`` folder when ``root`` is a hub cache snapshot (``.../snapshots/COMMIT``)."""
+    snapshots = Path(root).absolute().parent
+    repo_dir = snapshots.parent
+    if snapshots.name == "snapshots" and repo_dir.name.startswith(("models--", "datasets--", "spaces--")):
+        return repo_dir
+    return None
+
+
+def blob_name_problem(blob: Path, sha256: str) -> str | None:
+    """Why a hub cache blob's name is not its content's digest, or None.
+
+    The cache names an LFS file's blob by its sha256, and any other file's by its git blob id
+    (sha1 of ``blob <size>\\0`` and the content).
+
+    Args:
+        blob: the resolved path of the blob.
+        sha256: the hex sha256 of its content.
+    """
+    name = blob.name
+    if len(name) == 64:
+        return None if name == sha256 else f"its blob is named {name} but its content's sha256 is {sha256}"
+    if len(name) == 40:
+        data = blob.read_bytes()
+        git = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+        return None if name == git else f"its blob is named {name} but its content's git blob id is {git}"
+    return f"its blob name {name!r} is neither a sha256 nor a git blob id"

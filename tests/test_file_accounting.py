@@ -1,0 +1,284 @@
+"""Every byte that ships is accounted for: listed and verified, or never loaded; no code, no escape by a link."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from qualify.checkpoint import files
+from qualify.checkpoint import manifest as m
+from qualify.profile import load_profile
+
+M = m.MANIFEST_NAME
+
+
+def list_in_manifest(ckpt: Path, *rels: str) -> None:
+    """Add (or refresh) manifest entries for ``rels`` with their real checksums."""
+    data = json.loads((ckpt / M).read_text())
+    entries = {f["path"]: f for f in data["output"]["files"]}
+    for rel in rels:
+        raw = (ckpt / rel).read_bytes()
+        entries[rel] = {"path": rel, "sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
+    data["output"]["files"] = [entries[k] for k in sorted(entries)]
+    (ckpt / M).write_text(json.dumps(data))
+
+
+def file_list(ckpt: Path, **kw) -> list[tuple[str | None, str]]:
+    ev = m.check_file_list(m.load_manifest(ckpt), ckpt, **kw)
+    return [(f.file, f.message) for f in ev.findings]
+
+
+def paths(ckpt: Path) -> list[tuple[str | None, str]]:
+    ev = m.check_paths(m.read_manifest_json(ckpt), ckpt)
+    return [(f.file, f.message) for f in ev.findings]
+
+
+def test_the_fixture_is_fully_accounted_for(fixture_copy):
+    ckpt, _ = fixture_copy
+    assert file_list(ckpt) == [] and paths(ckpt) == []
+
+
+@pytest.mark.parametrize("rel", ["README.md", "docs/usage.md", "LICENSE", "LICENSE.txt", "NOTICE", "chart.png",
+                                 "img/a.JPG", ".gitattributes"])
+def test_files_no_runtime_loads_may_ship_unlisted(fixture_copy, rel):
+    ckpt, _ = fixture_copy
+    (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
+    (ckpt / rel).write_text("text")
+    assert file_list(ckpt) == []
+
+
+@pytest.mark.parametrize("rel", ["tokenizer.model", "generation_config.json", "merges.txt", "sub/vocab.json",
+                                 ".hidden/special.json", "README.md.txt", "notes"])
+def test_any_other_unlisted_file_fails_naming_it(fixture_copy, rel):
+    ckpt, _ = fixture_copy
+    (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
+    (ckpt / rel).write_text("{}")
+    found = file_list(ckpt)
+    assert [f for f, _ in found] == [rel]
+    assert "not listed in the manifest" in found[0][1]
+
+
+@pytest.mark.parametrize("rel", ["modeling_dflash.py", "sub/helper.py", "pytorch_model.bin", "training_args.bin",
+                                 "optimizer.pt", "weights.pth", "state.pkl", "x.ckpt", "lib.so", "cache.pyc"])
+def test_code_and_pickles_fail_even_when_listed(fixture_copy, rel):
+    ckpt, _ = fixture_copy
+    (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
+    (ckpt / rel).write_bytes(b"import os\n")
+    list_in_manifest(ckpt, rel)
+    found = file_list(ckpt)
+    assert [f for f, _ in found] == [rel]
+    assert "code or a pickle" in found[0][1] and "allow_code" in found[0][1]
+    assert file_list(ckpt, allow_code=True) == []
+
+
+@pytest.mark.parametrize("make", ["pickle", "torch_zip"])
+def test_pickled_content_under_another_name_fails(fixture_copy, make):
+    ckpt, _ = fixture_copy
+    target = ckpt / "tokenizer.model"
+    if make == "pickle":
+        target.write_bytes(pickle.dumps({"a": 1}, protocol=4))
+    else:
+        with zipfile.ZipFile(target, "w") as z:
+            z.writestr("archive/data.pkl", pickle.dumps([1]))
+    list_in_manifest(ckpt, "tokenizer.model")
+    found = file_list(ckpt)
+    assert [f for f, _ in found] == ["tokenizer.model"]
+    assert ("pickle" in found[0][1]) if make == "pickle" else ("zip archive" in found[0][1])
+
+
+@pytest.mark.parametrize(("rel", "where"), [
+    ("config.json", "$.auto_map"),
+    ("tokenizer_config.json", "$.auto_map"),
+    ("config.json", "$.text_config.auto_map"),
+])
+def test_a_config_naming_code_fails(fixture_copy, rel, where):
+    ckpt, _ = fixture_copy
+    path = ckpt / rel
+    data = json.loads(path.read_text()) if path.exists() else {}
+    amap = {"AutoModel": "modeling_dflash.DFlashModel"}
+    if where == "$.auto_map":
+        data["auto_map"] = amap
+    else:
+        data["text_config"] = {"auto_map": amap}
+    path.write_text(json.dumps(data))
+    list_in_manifest(ckpt, rel)
+    found = file_list(ckpt)
+    assert found == [(rel, f"names Python code to import ({where}): loading it with trust_remote_code runs the "
+                           "checkpoint's own modules; the profile does not allow code in a checkpoint "
+                           "([manifest] allow_code)")]
+
+
+def test_an_unreadable_json_file_is_not_assumed_free_of_code(fixture_copy):
+    ckpt, _ = fixture_copy
+    (ckpt / "tokenizer_config.json").write_text('{"auto_map": ')
+    list_in_manifest(ckpt, "tokenizer_config.json")
+    (file, message), = file_list(ckpt)
+    assert file == "tokenizer_config.json" and "whether it names code is unknown" in message
+
+
+def test_a_second_unindexed_safetensors_file_fails(fixture_copy):
+    ckpt, _ = fixture_copy
+    (ckpt / "model-extra.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes())
+    list_in_manifest(ckpt, "model-extra.safetensors")
+    found = file_list(ckpt)
+    assert sorted(f for f, _ in found) == ["model-extra.safetensors", "model.safetensors"]
+    assert all("without an index" in msg for _, msg in found)
+
+
+def test_a_shard_the_index_does_not_name_fails(fixture_copy):
+    ckpt, _ = fixture_copy
+    header_names = ["norm.weight"]
+    index = {"metadata": {}, "weight_map": dict.fromkeys(header_names, "model.safetensors")}
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    (ckpt / "model-00003-of-00003.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes())
+    list_in_manifest(ckpt, "model.safetensors.index.json", "model-00003-of-00003.safetensors")
+    found = file_list(ckpt)
+    assert found == [("model-00003-of-00003.safetensors", "a safetensors file that model.safetensors.index.json "
+                      "does not name: its tensors are never checked, yet it ships")]
+
+
+def test_a_safetensors_file_in_a_subfolder_fails(fixture_copy):
+    ckpt, _ = fixture_copy
+    (ckpt / "extra").mkdir()
+    (ckpt / "extra" / "model.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes())
+    list_in_manifest(ckpt, "extra/model.safetensors")
+    assert [f for f, _ in file_list(ckpt)] == ["extra/model.safetensors"]
+
+
+@pytest.mark.parametrize("shape", ["absolute", "relative", "dir", "chain", "readme", "broken", "loop"])
+def test_no_link_may_leave_the_checkpoint_listed_or_not(fixture_copy, tmp_path, shape):
+    ckpt, src = fixture_copy
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0")
+    rel = {"dir": "tokenizer", "readme": "README.md"}.get(shape, "tokenizer.model")
+    link = ckpt / rel
+    if shape == "absolute":
+        link.symlink_to(secret)
+    elif shape == "relative":
+        link.symlink_to(os.path.relpath(secret, ckpt))
+    elif shape == "dir":
+        link.symlink_to(tmp_path, target_is_directory=True)
+    elif shape == "chain":
+        (ckpt / "hop.json").symlink_to(src / "config.json")
+        list_in_manifest(ckpt, "hop.json")
+        link.symlink_to("hop.json")
+    elif shape == "readme":
+        link.symlink_to(secret)
+    elif shape == "broken":
+        link.symlink_to(tmp_path / "nothing-here")
+    else:
+        link.symlink_to(rel)
+    found = dict(paths(ckpt))
+    assert rel in found, found
+    assert ("resolves outside the checkpoint" in found[rel]) or ("broken link" in found[rel]) or \
+        ("cannot be resolved" in found[rel])
+
+
+def test_a_link_inside_the_checkpoint_is_fine(fixture_copy):
+    ckpt, _ = fixture_copy
+    (ckpt / "alias.json").symlink_to("config.json")
+    list_in_manifest(ckpt, "alias.json")
+    assert paths(ckpt) == [] and file_list(ckpt) == []
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\n", "\x1b", "\u202e", "\r"])
+def test_a_control_character_in_a_manifest_path_fails_naming_it(fixture_copy, bad):
+    ckpt, _ = fixture_copy
+    data = json.loads((ckpt / M).read_text())
+    data["output"]["files"][0]["path"] = f"config{bad}.json"
+    (ckpt / M).write_text(json.dumps(data))
+    ev = m.check_paths(data, ckpt)
+    assert not ev.ok
+    assert any(f"control character {bad!a}" in f.message and "config" in f.message for f in ev.findings), ev.findings
+    # The checksum check refuses to hash it too, and neither raises.
+    assert not m.check_checksums(m._files(data["output"]["files"]), ckpt, what="output").ok
+
+
+# -- a hub cache snapshot ---------------------------------------------------------------
+
+
+def hub_snapshot(ckpt: Path, cache: Path, repo: str = "models--org--draft") -> Path:
+    blobs = cache / repo / "blobs"
+    snap = cache / repo / "snapshots" / ("2" * 40)
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for f in sorted(ckpt.iterdir()):
+        data = f.read_bytes()
+        name = (hashlib.sha256(data).hexdigest() if f.suffix == ".safetensors"
+                else hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest())
+        f.replace(blobs / name)
+        os.symlink(os.path.relpath(blobs / name, snap), snap / f.name)
+    return snap
+
+
+def test_a_hub_snapshot_with_content_addressed_blobs_passes(fixture_copy, tmp_path):
+    ckpt, _ = fixture_copy
+    snap = hub_snapshot(ckpt, tmp_path / "cache")
+    ev = m.check_paths(m.read_manifest_json(snap), snap)
+    assert ev.ok, ev.failure_text()
+    assert ev.measured["blobs_verified"] == 4
+    assert file_list(snap) == []
+
+
+def test_a_blobs_folder_that_is_a_link_elsewhere_is_refused(fixture_copy, tmp_path):
+    ckpt, _ = fixture_copy
+    snap = hub_snapshot(ckpt, tmp_path / "cache")
+    repo = snap.parent.parent
+    real = tmp_path / "elsewhere"
+    (repo / "blobs").rename(real)
+    (repo / "blobs").symlink_to(real, target_is_directory=True)
+    assert m.storage_roots(snap) == (snap.resolve(),)
+    found = paths(snap)
+    assert any(f == "blobs" and "is a link or lies outside its repository" in msg for f, msg in found)
+    assert any(f == "model.safetensors" and "resolves outside" in msg for f, msg in found)
+
+
+def test_a_blobs_link_to_the_root_lets_nothing_through(fixture_copy, tmp_path):
+    ckpt, _ = fixture_copy
+    repo = tmp_path / "cache" / "models--org--draft"
+    snap = repo / "snapshots" / ("3" * 40)
+    snap.mkdir(parents=True)
+    (repo / "blobs").symlink_to("/", target_is_directory=True)
+    for f in sorted(ckpt.iterdir()):
+        (snap / f.name).symlink_to(f)  # "through blobs" would be anywhere
+    found = paths(snap)
+    assert {f for f, msg in found if "resolves outside" in msg} >= {"config.json", "model.safetensors"}
+
+
+@pytest.mark.parametrize("which", ["model.safetensors", "config.json"])
+def test_a_blob_whose_name_is_not_its_digest_fails(fixture_copy, tmp_path, which):
+    ckpt, _ = fixture_copy
+    snap = hub_snapshot(ckpt, tmp_path / "cache")
+    blob = (snap / which).resolve()
+    with open(blob, "r+b") as fh:  # the content changed, the name did not
+        fh.seek(40)
+        byte = fh.read(1)
+        fh.seek(40)
+        fh.write(bytes([byte[0] ^ 1]))
+    found = dict(paths(snap))
+    assert which in found and "blob is not content-addressed" in found[which]
+
+
+def test_never_loaded_list_has_one_home():
+    from qualify.release import gate
+
+    assert gate.is_load_relevant("README.md") is False and gate.is_load_relevant("tokenizer.model") is True
+    assert not hasattr(gate, "NOT_LOAD_RELEVANT_SUFFIXES")
+    assert files.is_never_loaded(".cache/huggingface/download/x.json")
+
+
+def test_the_profile_allows_code_only_when_it_says_so(tmp_path):
+    assert load_profile("fixture").allow_code is False
+    text = Path(load_profile("fixture").path).read_text()
+    path = tmp_path / "p.toml"
+    path.write_text(text.replace("[manifest]\n", "[manifest]\nallow_code = true\n"))
+    assert load_profile(path).allow_code is True
+    path.write_text(text.replace("[manifest]\n", "[manifest]\nallow_code = \"yes\"\n"))
+    with pytest.raises(Exception, match="allow_code"):
+        load_profile(path)
