@@ -28,10 +28,10 @@ from urllib.parse import urlsplit
 from qualify.errors import ProfileError, UsageError
 from qualify.report.model import LEVELS
 from qualify.schemas import schema_errors
+from qualify.util.identifiers import is_commit
 
 PROFILE_FORMAT_VERSION = 1
 
-_REVISION = re.compile(r"[0-9a-f]{40}")
 # The capture group a weight-size evidence pattern must have for expected_gb to be compared.
 _GB_GROUP = "gb"
 
@@ -270,7 +270,7 @@ class Profile:
         env.update(runtime.get("qualification_overrides", {}))
         pinned = self.data["checkpoint"]["revision"]
         if draft_revision is not None:
-            if not _REVISION.fullmatch(draft_revision):
+            if not is_commit(draft_revision):
                 raise UsageError(
                     f"draft revision {draft_revision!r} is not an immutable commit (40 lowercase hex)"
                 )

@@ -25,9 +25,9 @@ def _run_id(config: pytest.Config) -> str:
     plugin = find_plugin(config)
     if plugin is not None:
         return plugin.run.run_id
-    from qualify.runtime.container import make_run_id
+    from qualify.util.identifiers import new_run_id
 
-    return make_run_id(config.getoption("--profile") or "fixture")
+    return new_run_id(config.getoption("--profile") or "fixture")
 
 
 def _log_dir(config: pytest.Config, run_id: str) -> Path | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -28,6 +27,7 @@ from qualify.errors import QuantizationError, UsageError
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
 from qualify.util.atomic import default_mode
+from qualify.util.identifiers import is_commit
 
 OUTPUT_WEIGHTS = "model.safetensors"
 QUANTIZABLE_DTYPES = ("BF16", "F16", "F32")
@@ -212,7 +212,7 @@ def describe_conversion(
     from qualify.checks.reproduction import PlanItem, plan_from_checkpoint, resolve_recipe
 
     source_dir, output_dir = Path(source_dir), Path(output_dir)
-    if not re.fullmatch(r"[0-9a-f]{40}", source_revision):
+    if not is_commit(source_revision):
         raise UsageError(f"--source-revision {source_revision!r} is not a 40-hex commit; a manifest pins the "
                          "immutable revision the conversion read")
     exclusions = list(read_quant_config(output_dir).exclude_modules)

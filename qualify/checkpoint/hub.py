@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +29,9 @@ from typing import Any
 from qualify.checkpoint.checksums import sha256_files
 from qualify.errors import HubError, UsageError
 from qualify.report.model import Evidence
+from qualify.util.identifiers import is_commit
 from qualify.util.redact import redact
 
-_REVISION = re.compile(r"[0-9a-f]{40}")
 _TRUE = {"1", "on", "yes", "true"}
 ONLINE = "online"
 CACHE_ONLY = "cache-only"
@@ -109,7 +108,7 @@ def hub_access(*, endpoint: str | None = None, cache_dir: Path | None = None) ->
 
 
 def require_commit(revision: str | None, what: str) -> str:
-    if not revision or not _REVISION.fullmatch(revision):
+    if not revision or not is_commit(revision):
         raise UsageError(f"{what} revision {revision!r} is not an immutable commit (40 lowercase hex); a branch or "
                          "tag can move")
     return revision

@@ -25,12 +25,12 @@ from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
 from qualify.report.model import Evidence
 from qualify.schemas import schema_errors
+from qualify.util.identifiers import is_commit
 from qualify.util.jsonio import load_json_file
 from qualify.util.progress import StepProgress
 
 MANIFEST_NAME = "conversion_manifest.json"
 MANIFEST_FORMAT_VERSION = 1
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 ACTIONS = ("quantized", "kept", "excluded")
 SCALE_SUFFIX = "_scale"
 
@@ -169,7 +169,7 @@ def check_source_pinned(manifest_raw: dict[str, Any], pinned_revision: str | Non
     revision = source.get("revision")
     ev = Evidence("the source checkpoint is pinned to an immutable 40-hex commit")
     ev.measured.update(repo=source.get("repo"), revision=revision)
-    if not isinstance(revision, str) or not COMMIT_RE.match(revision):
+    if not is_commit(revision):
         shown = "empty" if revision in ("", None) else repr(revision)
         ev.add(
             f"source revision is {shown}: a branch, tag or empty revision moves, so the conversion cannot be "

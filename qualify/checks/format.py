@@ -22,10 +22,18 @@ from qualify.checkpoint.checksums import thread_map
 from qualify.checkpoint.quant_config import MODEL_CONFIG, QuantConfig, is_excluded, module_of
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.mxfp8 import codec as mxfp8
+from qualify.mxfp8.constants import (
+    BLOCK_MAX_RANGE,
+    E4M3_MAGNITUDE_MASK,
+    E4M3_NEGATIVE_NAN,
+    E4M3_POSITIVE_NAN,
+    ELEMENT_DTYPE,
+    SCALE_DTYPE,
+)
 from qualify.report.model import Evidence
 
-FP8 = "F8_E4M3"
-SCALE = "U8"
+FP8 = ELEMENT_DTYPE
+SCALE = SCALE_DTYPE
 WEIGHT_SUFFIX = ".weight"
 SCALE_SUFFIX = ".weight_scale"
 UNQUANTIZED_DTYPES = ("BF16", "F16", "F32")
@@ -40,8 +48,6 @@ ROW_PARALLEL_PATTERNS: tuple[str, ...] = ("*.o_proj", "*.down_proj")
 FOREIGN_SUFFIXES: tuple[str, ...] = (".weight_scale_2", ".input_scale", ".weight_scale_inv", ".k_scale", ".v_scale")
 
 #: With a 1x32 E8M0 scale chosen from the block's amax, the block's largest |element| lands in
-#: [224, 448]: (224, 448] for the round-up (ModelOpt/RCEIL) rule, [256, 448] for OCP's floor rule.
-BLOCK_MAX_RANGE = (224.0, 448.0)
 
 
 def _matches(module: str, patterns: Iterable[str]) -> bool:
@@ -97,7 +103,8 @@ def _count_e4m3_nans(data: torch.Tensor) -> int:
     reductions, which write nothing, show whether there are any; only then are they
     counted (in chunks: a bool mask summed makes an int64 copy, 8 bytes per element).
     """
-    if not data.numel() or (int(data.max()) != 0xFF and int(data.view(torch.int8).max()) != 0x7F):
+    if not data.numel() or (int(data.max()) != E4M3_NEGATIVE_NAN
+                            and int(data.view(torch.int8).max()) != E4M3_POSITIVE_NAN):
         return 0
     return sum(int(torch.count_nonzero(mxfp8.fp8_nan_mask(data[i:i + _SCAN_CHUNK])))
                for i in range(0, data.numel(), _SCAN_CHUNK))
@@ -118,7 +125,7 @@ def _block_max_magnitude(blocks: torch.Tensor) -> torch.Tensor:
     scratch = torch.empty((min(step, rows), *blocks.shape[1:]), dtype=torch.uint8)
     for start in range(0, rows, step):
         stop = min(start + step, rows)
-        magnitude = torch.bitwise_and(blocks[start:stop], 0x7F, out=scratch[: stop - start])
+        magnitude = torch.bitwise_and(blocks[start:stop], E4M3_MAGNITUDE_MASK, out=scratch[: stop - start])
         torch.amax(magnitude, dim=-1, out=top[start:stop])
     return top.view(torch.float8_e4m3fn).float()
 

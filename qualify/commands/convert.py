@@ -7,6 +7,7 @@ from pathlib import Path
 
 from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
 from qualify.errors import UsageError
+from qualify.util.identifiers import is_commit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,11 +53,10 @@ def _add_source_identity(p: argparse.ArgumentParser) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    import re
 
     from qualify.checkpoint.convert import convert
 
-    if not re.fullmatch(r"[0-9a-f]{40}", args.source_revision):
+    if not is_commit(args.source_revision):
         raise UsageError(f"--source-revision {args.source_revision!r} is not a 40-hex commit")
     manifest = convert(
         existing_dir(args.source, "source checkpoint"), args.output, source_repo=args.source_repo,

@@ -45,18 +45,17 @@ from enum import StrEnum
 import torch
 
 from qualify.errors import QuantizationError
-
-BLOCK_SIZE = 32
-E4M3_MAX = 448.0
-E8M0_BIAS = 127
-E8M0_NAN = 0xFF
-
-#: The smallest and largest unbiased exponent an E8M0 byte other than 0xFF encodes.
-E8M0_MIN_EXPONENT = -127
-E8M0_MAX_EXPONENT = 127
-
-#: floor(log2(448)): OCP's shift from the block amax to the scale exponent.
-E4M3_EMAX = 8
+from qualify.mxfp8.constants import (
+    BLOCK_SIZE,
+    E4M3_EMAX,
+    E4M3_MAGNITUDE_MASK,
+    E4M3_MAX,
+    E4M3_NAN_MAGNITUDE,
+    E8M0_BIAS,
+    E8M0_MAX_EXPONENT,
+    E8M0_MIN_EXPONENT,
+    E8M0_NAN,
+)
 
 #: The dtypes a source weight may have. Each converts to float32 exactly, which is
 #: what makes ``amax.float()`` and ``x.float()`` lossless.
@@ -320,7 +319,7 @@ def fp8_nan_mask(data: torch.Tensor) -> torch.Tensor:
         data = data.view(torch.uint8)
     if data.dtype != torch.uint8:
         raise TypeError(f"E4M3 data must be float8_e4m3fn or uint8, got {data.dtype}")
-    return torch.bitwise_and(data, 0x7F) == 0x7F
+    return torch.bitwise_and(data, E4M3_MAGNITUDE_MASK) == E4M3_NAN_MAGNITUDE
 
 
 # -- internals -----------------------------------------------------------------------

@@ -36,6 +36,7 @@ from qualify.mxfp8.codec import (
     e8m0_decode,
     parse_recipe,
 )
+from qualify.mxfp8.constants import E4M3_MAGNITUDE_MASK, E4M3_NAN_MAGNITUDE, E8M0_NAN
 
 #: Elements per chunk of the block-wise passes (block amax, byte checks, block counts),
 #: which bound their temporaries. It does not change any result.
@@ -125,7 +126,7 @@ def weight_statistics(
         raise QuantizationError(f"quantized weight has block size {q.block_size}, expected {block_size}", tensor=name)
     if not source.dtype.is_floating_point:
         raise QuantizationError(f"source must be a floating-point tensor, got {source.dtype}", tensor=name)
-    if bool((q.scale == 0xFF).any()):
+    if bool((q.scale == E8M0_NAN).any()):
         raise QuantizationError("scale byte 0xFF (E8M0 NaN) in quantized weight", tensor=name)
 
     k = source.shape[-1]
@@ -158,8 +159,9 @@ def weight_statistics(
         block_amax = _block_amax(source_chunk)
         if not bool(torch.isfinite(block_amax).all()):
             raise QuantizationError("source holds non-finite values", tensor=name)
-        magnitude = torch.bitwise_and(data, 0x7F, out=magnitude_buf[:n])
-        if int(magnitude.max()) == 0x7F:  # the largest 7-bit magnitude, and E4M3's only NaN one
+        # fp8_nan_mask's test, fused with the magnitudes the error figures need below.
+        magnitude = torch.bitwise_and(data, E4M3_MAGNITUDE_MASK, out=magnitude_buf[:n])
+        if int(magnitude.max()) == E4M3_NAN_MAGNITUDE:  # the largest 7-bit magnitude, and E4M3's only NaN one
             raise QuantizationError("E4M3 NaN encoding (0x7F/0xFF) in quantized weight", tensor=name)
         factor = e8m0_decode(scale).to(torch.float64).mul_(256.0)  # see _decode_e4m3
         for a in range(0, n, sub_step):

@@ -23,7 +23,6 @@ does the I/O of hashing a directory.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,7 @@ from qualify.checkpoint.files import is_never_loaded
 from qualify.checkpoint.manifest import FileEntry, list_checkpoint_files
 from qualify.errors import CheckpointError, UsageError
 from qualify.report.model import LEVELS, Run, Status, Verdict
-
-REVISION_RE = re.compile(r"[0-9a-f]{40}")
+from qualify.util.identifiers import is_commit
 
 
 
@@ -98,7 +96,7 @@ def parse_require(text: str) -> tuple[str, ...]:
 
 
 def check_revision_argument(revision: str) -> str:
-    if not REVISION_RE.fullmatch(revision):
+    if not is_commit(revision):
         raise UsageError(
             f"--revision {revision!r} is not an immutable commit (40 lowercase hex); a branch or tag can move "
             "after the gate has passed"

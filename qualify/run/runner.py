@@ -11,7 +11,6 @@ import contextlib
 import importlib.metadata
 import os
 import platform
-import secrets
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ from qualify.profile import Profile
 from qualify.report.markdown import CHART_KEY, chart_file, render_markdown
 from qualify.report.model import LEVELS, Check, LevelResult, Run, write_json
 from qualify.util.atomic import atomic_write_text
+from qualify.util.identifiers import new_run_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITES_DIR = REPO_ROOT / "suites"
@@ -34,12 +34,6 @@ REPORTED_PACKAGES = ("torch", "safetensors", "huggingface_hub", "openai", "docke
 
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def new_run_id(profile_name: str) -> str:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in profile_name)
-    return f"{stamp}-{safe}-{secrets.token_hex(3)}"
 
 
 def environment() -> dict[str, Any]:

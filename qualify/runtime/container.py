@@ -29,8 +29,6 @@ import atexit
 import contextlib
 import json
 import os
-import re
-import secrets
 import shlex
 import signal
 import socket
@@ -40,7 +38,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,6 +55,7 @@ from qualify.errors import (
 )
 from qualify.profile import Profile
 from qualify.report.model import Evidence
+from qualify.util.identifiers import is_commit, is_image_digest, new_run_id
 from qualify.util.ports import in_use
 from qualify.util.progress import WaitProgress
 from qualify.util.redact import redact, redact_env
@@ -74,8 +72,6 @@ DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 #: Environment variables passed through by name (``-e HF_TOKEN``): docker reads the value, nobody prints it.
 TOKEN_VARS = ("HF_TOKEN",)
 INSTALL_HINT = "run scripts/install-docker.sh (as root) to install and start a Docker engine"
-_REVISION = re.compile(r"[0-9a-f]{40}")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _LOG_TAIL = 25
 
 
@@ -154,13 +150,6 @@ class LaunchPlan:
         }
 
 
-def make_run_id(profile_name: str) -> str:
-    """A run id in the runner's format (time, profile, random), without importing the runner (and torch)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in profile_name)
-    return f"{stamp}-{safe}-{secrets.token_hex(3)}"
-
-
 def owner_id(pid: int | None = None) -> str:
     """``host:pid:start-time`` of a process: a pid alone is reused, the pair is not."""
     pid = os.getpid() if pid is None else pid
@@ -218,13 +207,13 @@ def build_plan(
     runtime = profile.data["runtime"]
     pinned_digest = runtime["image_digest"] or None
     if image_digest is not None:
-        if not _DIGEST.fullmatch(image_digest):
+        if not is_image_digest(image_digest):
             raise UsageError(f"image digest {image_digest!r} is not sha256:<64 lowercase hex>")
         if pinned_digest and image_digest != pinned_digest:
             raise UsageError(f"image digest {image_digest} contradicts profile {profile.name}'s "
                              f"$.runtime.image_digest {pinned_digest}")
         pinned_digest = image_digest
-    run_id = run_id or make_run_id(profile.name)
+    run_id = run_id or new_run_id(profile.name)
     if serving:
         env = dict(runtime["env"])
         if draft_revision is not None:
@@ -233,7 +222,7 @@ def build_plan(
     else:
         env = profile.launch_env(draft_revision=draft_revision)
     revision = env.get("DFLASH_MODEL_REVISION") or None
-    if revision is not None and not _REVISION.fullmatch(revision):
+    if revision is not None and not is_commit(revision):
         raise UsageError(f"DFLASH_MODEL_REVISION {revision!r} is not an immutable commit (40 lowercase hex)")
     target = profile.data.get("target") or {}
     target_revision = target.get("revision") or None
@@ -427,7 +416,7 @@ def check_pinning(plan: LaunchPlan) -> Evidence:
     ev.measured["target_revision_enforced_by_env"] = False
     moving = [u for u in plan.unpinned if not u.startswith("runtime image")]
     for what, rev in (("draft", plan.draft_revision), ("target", plan.target_revision)):
-        if rev is not None and not _REVISION.fullmatch(rev):
+        if rev is not None and not is_commit(rev):
             ev.add(f"{what} revision {rev!r} is not a 40-hex commit")
     if moving and plan.allow_unpinned:
         ev.summary = "not reproducible: unpinned (allowed): " + "; ".join(moving)
