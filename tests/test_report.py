@@ -163,6 +163,10 @@ def test_unreadable_reports_are_usage_errors(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(UsageError, match="not a readable JSON report"):
         r.read_json(tmp_path / "bad.json")
+    # A repeated key is refused, never resolved by letting the last one win (a forged "verdict" after the real one).
+    (tmp_path / "dup.json").write_text('{"verdict": "not qualified", "verdict": "qualified"}')
+    with pytest.raises(UsageError, match=r"not a readable JSON report: .*dup.json: duplicate key 'verdict'"):
+        r.read_json(tmp_path / "dup.json")
     (tmp_path / "schema.json").write_text(json.dumps({"run_id": "x"}))
     with pytest.raises(UsageError, match="fails its schema"):
         r.read_json(tmp_path / "schema.json")

@@ -28,6 +28,7 @@ from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
 from qualify.util.atomic import default_mode
 from qualify.util.identifiers import is_commit
+from qualify.util.jsonio import load_json_file
 
 OUTPUT_WEIGHTS = "model.safetensors"
 QUANTIZABLE_DTYPES = ("BF16", "F16", "F32")
@@ -181,7 +182,7 @@ def _write_configs(source_dir: Path, out: Path, exclusions: list[str], kv_cache_
     (out / HF_QUANT_CONFIG).write_text(json.dumps(hf_quant, indent=2) + "\n", encoding="utf-8")
     cfg_path = source_dir / MODEL_CONFIG
     if cfg_path.exists():
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = load_json_file(cfg_path, error=UsageError, require_object=True)
         cfg["quantization_config"] = {
             "quant_method": "modelopt",
             "quant_algo": "MXFP8",

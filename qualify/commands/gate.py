@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED
@@ -53,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         shipped_profile,
         stored_contradictions,
     )
-    from qualify.report.model import read_json
+    from qualify.report.model import Run, read_json_data
 
     # Usage first, before any hashing: these are the caller's mistakes, not the release's.
     if args.checkpoint is None and args.revision is None:
@@ -67,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.checkpoint}: not a checkpoint directory")
 
     try:
-        report = read_json(args.report)
+        # Read once: the model and the stored-value comparison below see the same bytes.
+        stored = read_json_data(args.report)
+        report = Run.from_dict(stored)
     except UsageError as exc:  # the file exists, so this is the report's fault: schema, JSON, altered verdict
         return _refuse([f"the report cannot be trusted: {exc}"])
     except (ValueError, KeyError, TypeError) as exc:  # a shape the schema allows but the model cannot read
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     expected = Expected(required_levels=tuple(required), checkpoint_files=files, revision=revision,
                         profile_sha256=shipped[1] if shipped else None, allow_unpinned=args.allow_unpinned)
-    reasons = stored_contradictions(json.loads(args.report.read_text(encoding="utf-8")), report)
+    reasons = stored_contradictions(stored, report)
     reasons += refusals(report, expected)
     if reasons:
         return _refuse(reasons)

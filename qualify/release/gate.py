@@ -35,7 +35,6 @@ from qualify.report.model import LEVELS, Run, Status, Verdict
 from qualify.util.identifiers import is_commit
 
 
-
 @dataclass(frozen=True)
 class Expected:
     """What the release pipeline says it is releasing, and what it requires."""

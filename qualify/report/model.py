@@ -19,6 +19,7 @@ from typing import Any
 from qualify.errors import UsageError
 from qualify.schemas import validate
 from qualify.util.atomic import atomic_write_text
+from qualify.util.jsonio import load_json_file
 
 REPORT_FORMAT_VERSION = 1
 
@@ -324,14 +325,28 @@ def write_json(run: Run, path: Path) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
-def read_json(path: Path) -> Run:
+def read_json_data(path: Path) -> dict[str, Any]:
+    """The raw object of a ``report.json``, read with the strict JSON reader (a duplicate key is an error).
+
+    Raises:
+        UsageError: the file is missing, unreadable or not a strict JSON object.
+    """
+    if not Path(path).exists():
+        raise UsageError(f"{path}: no such report")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such report") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: not a readable JSON report: {exc}") from None
-    return Run.from_dict(data)
+        data: dict[str, Any] = load_json_file(Path(path), error=UsageError, require_object=True)
+    except UsageError as exc:
+        raise UsageError(f"not a readable JSON report: {exc}") from None
+    return data
+
+
+def read_json(path: Path) -> Run:
+    """Read a ``report.json`` back: schema-validated, its verdict recomputed from its checks.
+
+    Raises:
+        UsageError: the file is not a report this harness can read, or contradicts itself.
+    """
+    return Run.from_dict(read_json_data(path))
 
 
 def _jsonable(value: Any) -> Any:

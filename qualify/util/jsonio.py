@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from qualify.errors import CheckpointError, JsonProblem
+from qualify.errors import CheckpointError, JsonProblem, QualifyError, UsageError
 
 
 class _DupDict(dict[str, Any]):
@@ -136,29 +136,47 @@ def type_name(value: Any) -> str:
 
 
 def load_json_file(
-    path: Path, *, display: str | None = None, error: type[CheckpointError] = CheckpointError,
-    require_object: bool = False,
+    path: Path, *, display: str | None = None,
+    error: type[CheckpointError] | type[UsageError] = CheckpointError, require_object: bool = False,
 ) -> Any:
-    """Read and strictly parse ``path``; every failure is ``error`` naming the file (``display``)."""
+    """Read and strictly parse ``path`` (no duplicate keys, no NaN, UTF-8, a regular file).
+
+    Args:
+        path: the file to read.
+        display: how the file is named in messages (default: ``path``).
+        error: whose fault a bad file is: a :class:`CheckpointError` subclass for the
+            checkpoint's files, :class:`UsageError` for a file the user named.
+        require_object: the top level must be a JSON object.
+
+    Raises:
+        error: naming the file and what is wrong with it (missing, unreadable, not UTF-8,
+            not valid JSON with line and column, a duplicate key with its JSON path).
+    """
     shown = display or str(path)
+
+    def fail(message: str) -> QualifyError:
+        if issubclass(error, CheckpointError):
+            return error(message, file=shown)
+        return error(f"{shown}: {message}")
+
     try:
         # A FIFO or device would block read_bytes() forever; only regular files are read.
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise error("not a regular file", file=shown)
+            raise fail("not a regular file")
         raw = Path(path).read_bytes()
     except FileNotFoundError:
-        raise error("file is missing", file=shown) from None
+        raise fail("file is missing") from None
     except OSError as exc:
-        raise error(f"cannot read: {exc.strerror or exc}", file=shown) from None
+        raise fail(f"cannot read: {exc.strerror or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"not valid UTF-8 at byte {exc.start}: {exc.reason}", file=shown) from None
+        raise fail(f"not valid UTF-8 at byte {exc.start}: {exc.reason}") from None
     try:
         obj = parse_strict(text, byte_base=0)
     except JsonProblem as exc:
         where = f" at {json_path(exc.path)}" if exc.path else ""
-        raise error(f"{exc.message}{where}", file=shown) from None
+        raise fail(f"{exc.message}{where}") from None
     if require_object and not isinstance(obj, dict):
-        raise error(f"top level must be a JSON object, got {type_name(obj)}", file=shown)
+        raise fail(f"top level must be a JSON object, got {type_name(obj)}")
     return obj
