@@ -67,6 +67,45 @@ class AcceptanceSpec:
 
 
 @dataclass(frozen=True)
+class PromptSetSpec:
+    """One ``[[paired.prompt_sets]]`` entry: a local file in its published format."""
+
+    path: Path  # resolved against the profile's folder
+    format: str  # one of qualify.serving.prompt_sets.FORMATS
+    name: str | None
+    limit: int | None
+
+
+@dataclass(frozen=True)
+class PairedSpec:
+    """``[paired]``: the checkpoint against its source draft, paired by prompt, at each concurrency."""
+
+    prompt_sets: tuple[PromptSetSpec, ...]
+    max_tokens: int
+    temperature: float
+    margin: float  # relative: the largest loss accepted, as a fraction of the source's figure
+    concurrency: tuple[int, ...]  # 1 = one request at a time
+    min_prompts: int
+    confidence: float
+    bootstrap_resamples: int
+    bootstrap_seed: int
+    full_block: bool
+    request_timeout_s: float
+    source_endpoint: str | None
+
+
+@dataclass(frozen=True)
+class SpeedupSpec:
+    """``[speedup]``: tokens/s and inter-token latency with and without the speculator, at [paired]'s concurrencies."""
+
+    max_tokens: int
+    rounds: int
+    prompts: int | None
+    min_speedup: float | None
+    request_timeout_s: float
+
+
+@dataclass(frozen=True)
 class LosslessnessSpec:
     """``[losslessness]``: greedy outputs with the speculator against the target alone."""
 
@@ -96,6 +135,7 @@ class LocalServerSpec:
     kind: str
     target: Path
     draft: Path
+    source_draft: Path | None  # the unquantized draft, served for the paired level
     reference: bool
     dtype: str
     ready_timeout_s: float
@@ -142,6 +182,7 @@ class Profile:
             kind=x["kind"],
             target=(self.path.parent / x["target"]).resolve(),
             draft=(self.path.parent / x["draft"]).resolve(),
+            source_draft=(self.path.parent / x["source_draft"]).resolve() if "source_draft" in x else None,
             reference=bool(x.get("reference", False)),
             dtype=x.get("dtype", "float32"),
             ready_timeout_s=float(x.get("ready_timeout_s", 600.0)),
@@ -188,6 +229,45 @@ class Profile:
             bootstrap_resamples=int(a.get("bootstrap_resamples", 2000)),
             bootstrap_seed=int(a.get("bootstrap_seed", 0)),
             request_timeout_s=float(a.get("request_timeout_s", 120.0)),
+        )
+
+    @property
+    def paired(self) -> PairedSpec | None:
+        """``[paired]``, or None when the profile states no paired comparison."""
+        x = self.data.get("paired")
+        if x is None:
+            return None
+        sets = tuple(
+            PromptSetSpec((self.path.parent / p["path"]).resolve(), p["format"], p.get("name"), p.get("limit"))
+            for p in x["prompt_sets"]
+        )
+        return PairedSpec(
+            prompt_sets=sets,
+            max_tokens=int(x["max_tokens"]),
+            temperature=float(x["temperature"]),
+            margin=float(x["margin"]),
+            concurrency=tuple(x.get("concurrency") or _default_concurrency(self.data)),
+            min_prompts=int(x.get("min_prompts", 1)),
+            confidence=float(x.get("confidence", 0.95)),
+            bootstrap_resamples=int(x.get("bootstrap_resamples", 2000)),
+            bootstrap_seed=int(x.get("bootstrap_seed", 0)),
+            full_block=bool(x.get("full_block", False)),
+            request_timeout_s=float(x.get("request_timeout_s", 120.0)),
+            source_endpoint=x.get("source_endpoint"),
+        )
+
+    @property
+    def speedup(self) -> SpeedupSpec | None:
+        """``[speedup]``, or None when the profile does not ask for the speedup to be measured."""
+        x = self.data.get("speedup")
+        if x is None:
+            return None
+        return SpeedupSpec(
+            max_tokens=int(x["max_tokens"]),
+            rounds=int(x.get("rounds", 1)),
+            prompts=int(x["prompts"]) if "prompts" in x else None,
+            min_speedup=float(x["min_speedup"]) if "min_speedup" in x else None,
+            request_timeout_s=float(x.get("request_timeout_s", 120.0)),
         )
 
     @property
@@ -465,6 +545,18 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
         if "expected_gb" in item and _GB_GROUP not in compiled.groupindex:
             out.append(f"{at}.pattern: has expected_gb but no (?P<{_GB_GROUP}>...) group to read it from")
 
+    paired = data.get("paired") or {}
+    try:
+        most = int(env["MAX_NUM_SEQS"])
+    except (KeyError, ValueError):
+        most = None
+    over = [c for c in paired.get("concurrency", ()) if most is not None and c > most]
+    if over:
+        out.append(f"$.paired.concurrency: {over} exceed $.runtime.env.MAX_NUM_SEQS ({most}): the server would queue "
+                   "the extra requests, so that concurrency is never measured")
+    if "speedup" in data and "paired" not in data:
+        out.append("$.speedup: needs a [paired] table (its prompt sets and concurrencies)")
+
     required = data["levels"]["required"]
     both = [lv for lv in data["levels"].get("measured", []) if lv in required]
     if both:
@@ -473,6 +565,12 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
         if level in required and not any(e["level"] == level for e in data.get("evidence", [])):
             out.append(f"$.evidence: level {level!r} is required but no evidence item has level {level!r}")
     return out
+
+
+def _default_concurrency(data: dict[str, Any]) -> tuple[int, ...]:
+    """Batch 1 and the runtime's batch limit: a draft can collapse at either and look healthy at the other."""
+    most = int(data["runtime"]["env"]["MAX_NUM_SEQS"])
+    return (1, most) if most > 1 else (1,)
 
 
 def _kv_cache_words(dflash: dict[str, Any]) -> str:

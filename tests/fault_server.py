@@ -49,7 +49,8 @@ class FaultServer:
     """The server and its state; use :func:`fault_server` to run one."""
 
     def __init__(self, *, fault: str | None = None, fault_after: int = 0, model: str = MODEL, proposal: int = 7,
-                 accepted: int = 5, hang_s: float = 3600.0, concurrent_tokens: int = 24) -> None:
+                 accepted: int = 5, hang_s: float = 3600.0, concurrent_tokens: int = 24,
+                 per_request: bool = False, misreport: int = 0) -> None:
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
         if not 0 <= accepted <= proposal:
@@ -61,6 +62,10 @@ class FaultServer:
         self.accepted = accepted
         self.hang_s = hang_s
         self.concurrent_tokens = concurrent_tokens
+        # vLLM's --per-request-spec-decode-metrics: each answer carries its own counts; ``misreport``
+        # makes that many of its steps claim one accepted token fewer than the counters counted.
+        self.per_request = per_request
+        self.misreport = misreport
         self.lock = threading.Lock()
         self.generations = 0  # generation requests received
         self.requests: list[str] = []  # "METHOD path" of every request, in order
@@ -100,17 +105,35 @@ class FaultServer:
         """Whether the fault applies to the generation request being counted (call with the lock held)."""
         return self.fault is not None and self.generations > self.fault_after
 
-    def generate(self, max_tokens: int) -> None:
+    def generate(self, max_tokens: int) -> int:
         """As vLLM v1 counts: the first token from the prefill without a draft, then steps of ``accepted + 1``
-        tokens (the accepted drafts and the target's own) until max_tokens, the last step's extra ones cut."""
+        tokens (the accepted drafts and the target's own) until max_tokens, the last step's extra ones cut.
+        Returns the steps counted."""
         produced = 1
+        steps = 0
         while produced < max_tokens:
+            steps += 1
             self.drafts += 1
             self.draft_tokens += self.proposal
             self.accepted_tokens += self.accepted
             for i in range(self.accepted):
                 self.per_pos[i] += 1
             produced += self.accepted + 1
+        return steps
+
+    def request_metrics(self, steps: int) -> dict[str, Any]:
+        """The answer's ``metrics.speculative_decoding``, in vLLM 0.32's shape."""
+        hist = [0] * (self.proposal + 1)
+        wrong = min(self.misreport, steps) if self.accepted else 0
+        hist[self.accepted] = steps - wrong
+        if wrong:
+            hist[self.accepted - 1] += wrong
+        accepted = self.accepted * steps - wrong
+        return {"mean_acceptance_length": 1 + accepted / steps if steps else 1.0,
+                "draft_acceptance_rate": accepted / (steps * self.proposal) if steps else 0.0,
+                "acceptance_histogram": hist, "num_spec_steps": steps, "num_accepted_draft_tokens": accepted,
+                "num_draft_tokens": steps * self.proposal, "num_spec_tokens": self.proposal,
+                "per_step_accepted": None, "per_step_drafted": None}
 
     def metrics(self) -> str:
         lines = [
@@ -210,7 +233,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 return
             n = int(body.get("max_tokens") or 16)
             with state.lock:
-                state.generate(n)
+                steps = state.generate(n)
                 if fault == "concurrent":
                     state.generate(state.concurrent_tokens)
             ids = list(range(100, 100 + n))
@@ -222,8 +245,12 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             else:
                 choice = {"index": 0, "finish_reason": "length", "token_ids": ids, "text": "tok " * n}
                 obj = "text_completion"
-            text = json.dumps({"id": f"cmpl-{state.generations}", "object": obj, "created": 0,
-                               "model": state.model, "choices": [choice], "usage": usage})
+            answer = {"id": f"cmpl-{state.generations}", "object": obj, "created": 0,
+                      "model": state.model, "choices": [choice], "usage": usage}
+            if state.per_request:
+                with state.lock:
+                    answer["metrics"] = {"speculative_decoding": state.request_metrics(steps)}
+            text = json.dumps(answer)
             if fault == "malformed":
                 text = text[: len(text) // 2]  # cut mid-object: not JSON
             self._send(200, text)

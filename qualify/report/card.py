@@ -53,7 +53,7 @@ from qualify.report.model import LEVEL_TITLES, Check, Run, Status, Verdict
 from qualify.util.escape import escape_markdown
 
 #: Levels that need the runtime; their conditions (target, image, GPUs, backends) only apply to them.
-RUNTIME_LEVELS = ("load", "smoke", "acceptance", "losslessness", "throughput")
+RUNTIME_LEVELS = ("load", "smoke", "acceptance", "paired", "losslessness", "throughput", "speedup")
 
 #: The seed card's words for a level that passed.
 CARD_WORDS: dict[str, str] = {

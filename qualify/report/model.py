@@ -31,8 +31,10 @@ LEVELS: tuple[str, ...] = (
     "load",
     "smoke",
     "acceptance",
+    "paired",
     "losslessness",
     "throughput",
+    "speedup",
 )
 
 LEVEL_TITLES: dict[str, str] = {
@@ -42,8 +44,10 @@ LEVEL_TITLES: dict[str, str] = {
     "load": "loading",
     "smoke": "smoke inference",
     "acceptance": "draft acceptance",
+    "paired": "acceptance against the source draft",
     "losslessness": "lossless speculative decoding",
     "throughput": "runtime throughput",
+    "speedup": "speculative speedup",
 }
 
 

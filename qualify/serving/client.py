@@ -247,6 +247,9 @@ class Completion:
     completion_tokens: int | None
     finish_reason: str | None
     elapsed_s: float
+    # vLLM's per-request ``metrics.speculative_decoding`` (servers started with
+    # --per-request-spec-decode-metrics); None when the response carries none.
+    spec_decoding: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt": self.prompt_id, "completion_tokens": self.completion_tokens,
@@ -290,6 +293,9 @@ def complete(
         text = (choice.message.content if prompt.kind == "chat" else choice.text) or ""
         ids = _extra(choice, "token_ids")
         usage = getattr(response, "usage", None)
+        metrics = _extra(response, "metrics")
+        key = "speculative_decoding"
+        spec = metrics.get(key) if isinstance(metrics, dict) else _extra(metrics, key)
         return Completion(
             prompt_id=prompt.id,
             text=text,
@@ -297,6 +303,7 @@ def complete(
             completion_tokens=getattr(usage, "completion_tokens", None),
             finish_reason=choice.finish_reason,
             elapsed_s=elapsed,
+            spec_decoding=spec,
         )
     except (AttributeError, TypeError, ValueError, IndexError) as exc:
         raise ServingError(f"prompt {prompt.id}: malformed response ({type(exc).__name__}: {exc})") from None

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from qualify.report.model import Evidence
 from qualify.serving.specdecode import Bootstrap, CounterDelta, Interval, add, quantile
 
 #: The relative difference a resample counts as when a figure is undefined in it: all acceptance lost.
@@ -450,8 +451,73 @@ def decide(
                           tuple(biggest_losses(samples)), avg)
 
 
+@dataclass(frozen=True)
+class ConcurrencyRun:
+    """What was measured at one concurrency: the paired prompts, and a line per prompt that could not be paired."""
+
+    concurrency: int
+    samples: Sequence[PairedSample]
+    failures: Sequence[str]
+    measured: Mapping[str, Any]  # how it was measured (wall times, where the figures came from)
+
+
+def paired_evidence(
+    runs: Sequence[ConcurrencyRun], *, margin: float, boot: Bootstrap, expected_categories: Sequence[str] = (),
+    min_prompts: int = 1, extra_measured: Mapping[str, Any] | None = None,
+) -> tuple[Evidence, list[PairedDecision]]:
+    """The paired level's evidence: a decision per concurrency, each failure naming where it happened.
+
+    Args:
+        runs: one per concurrency the profile asks for (1 = one request at a time).
+        margin: the largest relative loss accepted.
+        boot: resamples, confidence and seed.
+        expected_categories: group labels every concurrency must have prompts of.
+        min_prompts: the least number of paired prompts at each concurrency.
+        extra_measured: what else the evidence records (prompt sets, servers, requests).
+    """
+    ev = Evidence("the checkpoint could not be compared with its source draft")
+    ev.expected.update(
+        margin=margin, concurrency=[r.concurrency for r in runs], min_prompts=min_prompts,
+        rule=(f"at every concurrency, overall and in every category: the lower bound of the "
+              f"{round(boot.confidence * 100)}% paired-bootstrap interval of (checkpoint - source) / source is above "
+              f"-{margin:.1%}, for the acceptance rate and for the mean acceptance length"),
+    )
+    ev.measured["bootstrap"] = {**boot.to_dict(), "paired": "both drafts' counts of a drawn prompt are kept together"}
+    ev.measured.update(extra_measured or {})
+    if not runs:
+        ev.add("no concurrency was measured")
+        return ev, []
+    decisions = []
+    per_concurrency = {}
+    for run in runs:
+        for failure in run.failures:
+            ev.add(f"at concurrency {run.concurrency}: {failure}")
+        d = decide(run.samples, concurrency=run.concurrency, margin=margin, boot=boot,
+                   expected_categories=expected_categories, min_prompts=min_prompts)
+        decisions.append(d)
+        for finding in d.findings:
+            ev.add(finding)
+        per_concurrency[str(run.concurrency)] = {
+            **d.to_dict(), "measured": dict(run.measured), "failures": list(run.failures),
+            "per_prompt": [s.to_dict() for s in run.samples],
+        }
+    ev.measured["concurrency"] = per_concurrency
+    parts = []
+    for d in decisions:
+        if d.overall is None:
+            parts.append(f"concurrency {d.concurrency}: not measured")
+            continue
+        rate = d.overall.acceptance_rate
+        parts.append(f"concurrency {d.concurrency}: acceptance rate {d.overall.source.acceptance_rate.estimate:.3f} "
+                     f"-> {d.overall.candidate.acceptance_rate.estimate:.3f}, {_pct(rate.relative.estimate)} "
+                     f"[{_pct(rate.relative.low)}, {_pct(rate.relative.high)}]")
+    ev.summary = (f"checkpoint against its source draft, margin -{margin:.1%} relative: " + "; ".join(parts))
+    return ev, decisions
+
+
 __all__ = [
     "FIGURES",
+    "ConcurrencyRun",
     "Difference",
     "DraftFigures",
     "PairedDecision",
@@ -463,6 +529,7 @@ __all__ = [
     "group_label",
     "length_of",
     "non_inferiority_findings",
+    "paired_evidence",
     "paired_figures",
     "rate_of",
     "relative",
