@@ -174,7 +174,7 @@ def render_markdown(run: Run) -> str:
     ]
     if run.errors:
         out += ["", "## Harness errors", ""] + [f"- {escape_markdown(e)}" for e in run.errors]
-    return "\n".join(out) + "\n"
+    return redact("\n".join(out) + "\n")
 
 
 def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
@@ -206,4 +206,4 @@ def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
     if run.interrupted:
         lines.append(f"interrupted: {run.interrupted}")
     lines.append(f"verdict: {run.verdict}")
-    return escape_lines(lines)
+    return escape_lines([redact(line) for line in lines])

@@ -20,6 +20,7 @@ from qualify.errors import UsageError
 from qualify.schemas import validate
 from qualify.util.atomic import atomic_write_text
 from qualify.util.jsonio import load_json_file
+from qualify.util.redact import redact_data
 
 REPORT_FORMAT_VERSION = 1
 
@@ -323,8 +324,12 @@ class Run:
 
 
 def write_json(run: Run, path: Path) -> None:
-    """Validate and atomically write ``report.json``."""
-    data = run.to_dict()
+    """Validate and atomically write ``report.json``, every string redacted of secrets first.
+
+    Names from the checkpoint are kept exactly (they are escaped only where a person reads them);
+    a credential that reached a message, the command line or a URL is masked here, the last net.
+    """
+    data = redact_data(run.to_dict())
     validate(data, "report")
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 

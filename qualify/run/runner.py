@@ -26,6 +26,7 @@ from qualify.report.markdown import CHART_KEY, chart_file, render_markdown
 from qualify.report.model import LEVELS, Check, LevelResult, Run, write_json
 from qualify.util.atomic import atomic_write_text
 from qualify.util.identifiers import new_run_id
+from qualify.util.redact import redact
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITES_DIR = REPO_ROOT / "suites"
@@ -85,7 +86,7 @@ def new_run(
         run_id=new_run_id(profile.name),
         harness_version=__version__,
         started_at=now(),
-        command=list(command),
+        command=[redact(arg) for arg in command],
         profile={"name": profile.name, "path": str(profile.path), "sha256": profile.sha256,
                  "conditions": profile.conditions()},
         checkpoint={"path": str(checkpoint) if checkpoint else None},

@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import json
 import math
+import os
 import statistics
 import threading
 import time
@@ -29,6 +30,7 @@ from qualify import errors
 from qualify.errors import ServerUnavailable, ServingError, UsageError
 from qualify.report.model import Evidence
 from qualify.serving import specdecode as sd
+from qualify.util.redact import API_KEY_ENV, redact, url_credentials
 
 DEFAULT_TIMEOUT_S = 120.0
 #: A counter read after a request is repeated until two reads agree: vLLM records a step's
@@ -134,16 +136,32 @@ def load_prompts(path: Path) -> PromptSet:
 
 
 def server_root(endpoint: str) -> str:
-    """``http://host:port/v1`` -> ``http://host:port``: where /metrics and /version are."""
-    parts = urlsplit(endpoint)
+    """``http://host:port/v1`` -> ``http://host:port``: where /metrics and /version are.
+
+    Raises:
+        UsageError: not an http(s) API root, or a URL that carries a credential (which would be
+            sent in every request line and land in logs and reports): the key goes in
+            :data:`~qualify.util.redact.API_KEY_ENV` instead. Messages show the URL redacted.
+    """
+    shown = repr(redact(endpoint))
+    try:
+        parts = urlsplit(endpoint)
+    except ValueError as exc:
+        raise UsageError(f"endpoint {shown}: {exc}") from None
+    secrets_in_url = url_credentials(endpoint)
+    if secrets_in_url:
+        raise UsageError(
+            f"endpoint {shown} carries a credential in its URL ({', '.join(secrets_in_url)}); the harness never "
+            f"sends credentials in a URL, where request logs and reports would keep them: give the API root "
+            f"alone and the API key in the environment variable {API_KEY_ENV}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"endpoint {endpoint!r} is not an http(s) URL (expected http://HOST:PORT/v1)")
+        raise UsageError(f"endpoint {shown} is not an http(s) URL (expected http://HOST:PORT/v1)")
     try:
         parts.port  # noqa: B018 -- urlsplit checks the port only when it is asked for
     except ValueError as exc:
-        raise UsageError(f"endpoint {endpoint!r}: {exc}") from None
+        raise UsageError(f"endpoint {shown}: {exc}") from None
     if parts.query or parts.fragment:
-        raise UsageError(f"endpoint {endpoint!r} has a query or fragment; give the API root, e.g. http://HOST:PORT/v1")
+        raise UsageError(f"endpoint {shown} has a query or fragment; give the API root, e.g. http://HOST:PORT/v1")
     path = parts.path.rstrip("/")
     path = path.removesuffix("/v1")
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
@@ -163,8 +181,10 @@ def make_client(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     """An ``openai.OpenAI`` client for the endpoint: every request bounded, never retried."""
     from openai import OpenAI
 
-    # vLLM accepts any key unless started with --api-key; the client insists on one.
-    return OpenAI(base_url=endpoint.rstrip("/"), api_key="EMPTY", timeout=timeout_s, max_retries=0)
+    # vLLM accepts any key unless started with --api-key; the client insists on one. A real key
+    # comes from the environment only, and goes in the Authorization header, never the URL.
+    api_key = os.environ.get(API_KEY_ENV) or "EMPTY"
+    return OpenAI(base_url=endpoint.rstrip("/"), api_key=api_key, timeout=timeout_s, max_retries=0)
 
 
 def fetch_text(url: str, timeout_s: float = 30.0) -> str:

@@ -7,7 +7,13 @@ client -- goes through :func:`redact` first. Two nets, because either alone leak
 - the *values* of secret-looking environment variables of this process (``HF_TOKEN``,
   ``*_TOKEN``, ``*_SECRET``, ...), wherever they appear, whatever their shape;
 - *shapes* of well-known credentials (``hf_...`` user tokens, ``Authorization: Bearer``
-  headers), for secrets that came from somewhere other than our environment.
+  headers, the user-info of a URL -- ``http://user:TOKEN@host`` or ``http://TOKEN@host`` -- and
+  secret-named query parameters such as ``?api_key=...``), for secrets that came from
+  somewhere other than our environment.
+
+The harness never sends a credential in a URL: an endpoint that carries one is refused
+(:func:`url_credentials` says where it is), and the API key of a protected endpoint comes
+from the environment variable :data:`API_KEY_ENV`.
 """
 
 from __future__ import annotations
@@ -28,7 +34,17 @@ _MIN_SECRET_LEN = 6
 # Hugging Face user access tokens: "hf_" and 34 letters today; anything of 20+ is treated as one.
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@")
+# scheme://user:password@ or scheme://token@ -- any user-info of a URL may be a credential.
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#'\"<>]+@")
+#: Query parameter names whose values are credentials (compared case-insensitively, "-" as "_").
+SECRET_QUERY_KEYS = ("api_key", "apikey", "key", "token", "access_token", "auth", "auth_token", "secret",
+                     "client_secret", "password", "passwd", "pwd", "sig", "signature", "x_api_key", "hf_token")
+_URL_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:" + "|".join(k.replace("_", "[_-]?") for k in SECRET_QUERY_KEYS) + r")=)[^&;#\s'\"<>]+")
+
+#: The environment variable that holds the API key of an endpoint started with ``--api-key``
+#: (sent as ``Authorization: Bearer``, never in the URL, never recorded).
+API_KEY_ENV = "QUALIFY_API_KEY"
 
 
 def is_secret_name(name: str) -> bool:
@@ -54,7 +70,37 @@ def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
         text = text.replace(secret, MASK)
     text = _HF_TOKEN.sub(MASK, text)
     text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    text = _URL_QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
     return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+
+
+def url_credentials(url: str) -> list[str]:
+    """Where ``url`` carries a credential: "user-info" and/or each secret-named query parameter.
+
+    Args:
+        url: any URL (it is only parsed, never fetched).
+    """
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    out = ["user-info (user:password@ or token@)"] if "@" in parts.netloc else []
+    keys = {k.lower().replace("-", "_") for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    out += [f"query parameter {k!r}" for k in sorted(keys) if k in SECRET_QUERY_KEYS]
+    return out
+
+
+def redact_data(value: object) -> object:
+    """A copy of a JSON-like value with every string redacted (keys too): what a report may store."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k) if isinstance(k, str) else k: redact_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_data(v) for v in value]
+    return value
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
