@@ -209,3 +209,11 @@ def _locate(message: str, file: str | None, tensor: str | None) -> str:
     if tensor:
         where.append(f"tensor '{tensor}'")
     return ": ".join([*where, message]) if where else message
+
+
+class SigningKeyError(UsageError):
+    """A signing or verification key file cannot be used: missing, not PEM, encrypted, not EC P-256."""
+
+
+class AttestationError(CheckpointError):
+    """An attestation does not verify (wrong key, altered after signing, malformed): a release is refused."""

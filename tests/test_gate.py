@@ -26,7 +26,7 @@ from qualify.release.gate import (
 from qualify.report.model import Status, write_json
 from qualify.run.pipeline import CHECKPOINT_LEVELS
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
-from tests.run_builders import DRAFT_REVISION, FILES, SEED, seed_run
+from tests.run_builders import DRAFT_REVISION, FILES, SEED, defined_run, seed_run
 
 SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke")
 ACTUAL = tuple(FileEntry(f["path"], f["sha256"], f["size"]) for f in FILES)
@@ -273,7 +273,8 @@ def gate(capsys):
         # requires its runtime and serving levels, so the release here asks for those three
         # (a --require of the test's own comes later and wins).
         require = ["--require", ",".join(CHECKPOINT_LEVELS)] if checkpoint_levels else []
-        code = main(["gate", *args[:1], *require, *args[1:]])
+        # These cases are about the report's own checks: the unsigned path (test_attestation.py: the signed one).
+        code = main(["gate", *args[:1], *require, "--allow-unsigned", *args[1:]])
         out, err = capsys.readouterr()
         assert TRACEBACK not in out + err
         return Result(code, out, err)
@@ -391,12 +392,16 @@ def test_cli_usage_errors_exit_2(tmp_path, gate):
 def test_cli_exit_codes_in_a_process_of_its_own(tmp_path):
     """0, 1 and 2 as a release pipeline sees them, from `python -m qualify.cli`."""
     good, truncated = tmp_path / "good.json", tmp_path / "truncated.json"
-    write_json(seed_run(), good)
+    write_json(defined_run(), good)
     truncated.write_text('{"verdict": "qualified"')
-    proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION)
+    proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION, "--allow-unsigned")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "structure, format, reproduction, load, smoke passed" in proc.stdout
-    proc = run_qualify("gate", str(truncated), "--revision", DRAFT_REVISION)
+    assert proc.stdout.rstrip().endswith("UNSIGNED (--allow-unsigned): the report was not verified by any signature")
+    proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"refused: {good} comes with no attestation: an unsigned report")
+    proc = run_qualify("gate", str(truncated), "--revision", DRAFT_REVISION, "--allow-unsigned")
     assert proc.returncode == 1
     assert proc.stdout.startswith("refused: the report cannot be trusted:")
     proc = run_qualify("gate", str(good))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -116,3 +117,29 @@ def blob_name_problem(blob: Path, sha256: str) -> str | None:
         git = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
         return None if name == git else f"its blob is named {name} but its content's git blob id is {git}"
     return f"its blob name {name!r} is neither a sha256 nor a git blob id"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One checkpoint file's identity: its path relative to the checkpoint, sha256 and size."""
+
+    path: str
+    sha256: str
+    size: int
+
+
+def list_checkpoint_files(root: Path) -> list[str]:
+    """Regular files and links under ``root`` as '/'-separated relative paths: everything an upload ships.
+
+    Only ``.git/`` and ``.cache/huggingface/`` are left out (:data:`~qualify.checkpoint.files.SKIPPED_DIRS`).
+    A link to a folder is listed as one entry, never followed.
+    """
+    root = Path(root)
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if skipped(rel):
+            continue
+        if p.is_symlink() or p.is_file():
+            out.append(rel)
+    return out

@@ -19,6 +19,7 @@ from typing import Any
 from qualify import __version__
 from qualify.checkpoint import files
 from qualify.checkpoint.checksums import sha256_files, thread_map
+from qualify.checkpoint.files import FileEntry, list_checkpoint_files
 from qualify.checkpoint.safetensors_io import INDEX_NAME, Checkpoint
 from qualify.errors import CheckpointError, ManifestError
 from qualify.mxfp8 import codec as mxfp8
@@ -36,13 +37,6 @@ SCALE_SUFFIX = "_scale"
 
 #: Files whose content decides how a checkpoint loads: each must be listed in the manifest.
 LOAD_RELEVANT_SUFFIXES = (".safetensors", ".json")
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    path: str
-    sha256: str
-    size: int
 
 
 @dataclass(frozen=True)
@@ -325,23 +319,6 @@ def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
     if root.is_dir():
         ev.measured["files_in_folder"] = _check_storage(root, ev, reported)
     return ev
-
-
-def list_checkpoint_files(root: Path) -> list[str]:
-    """Regular files and links under ``root`` as '/'-separated relative paths: everything an upload ships.
-
-    Only ``.git/`` and ``.cache/huggingface/`` are left out (:data:`~qualify.checkpoint.files.SKIPPED_DIRS`).
-    A link to a folder is listed as one entry, never followed.
-    """
-    root = Path(root)
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if files.skipped(rel):
-            continue
-        if p.is_symlink() or p.is_file():
-            out.append(rel)
-    return out
 
 
 def _index_shards(root: Path, ev: Evidence) -> set[str] | None:

@@ -9,11 +9,14 @@ qualify`` is ``qualify run --profile fixture``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from qualify.commands import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, parser_for
+from qualify.errors import UsageError
+from qualify.release.attestation import SIGN_KEY_ENV, SIGN_KEY_PASSWORD_ENV
 
 #: CI can ask for JUnit through `make qualify`, whose command line it does not own.
 JUNIT_ENV = "QUALIFY_JUNIT_XML"
@@ -35,6 +38,14 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
     p.add_argument("--junit-xml", type=Path, metavar="PATH", default=_env_path(JUNIT_ENV),
                    help=f"also write the checks as JUnit XML to PATH, for CI test reports (default: ${JUNIT_ENV}, "
                    "if set)")
+    signing = p.add_argument_group("signing (a signed attestation of the run, for the release gate)")
+    signing.add_argument("--sign-key", type=Path, metavar="PATH", default=_env_path(SIGN_KEY_ENV),
+                         help="EC P-256 private key (PEM): write a signed in-toto attestation "
+                         f"(attestation.intoto.jsonl) beside report.json (default: ${SIGN_KEY_ENV}, if set; an "
+                         f"encrypted key's passphrase in ${SIGN_KEY_PASSWORD_ENV})")
+    signing.add_argument("--sign-model", action="store_true",
+                         help="also sign the checkpoint folder in the OpenSSF model-signing format (model.sig beside "
+                         "report.json, verifiable with `model_signing verify key`); needs --sign-key")
     runtime = p.add_argument_group("runtime and serving levels (load, smoke, acceptance, losslessness, throughput)")
     runtime.add_argument("--draft-revision", help="the draft's immutable 40-hex commit (DFLASH_MODEL_REVISION; "
                          "default: the profile's, else a local folder's content revision)")
@@ -68,6 +79,17 @@ def run(args: argparse.Namespace) -> int:
     from qualify.report.model import parse_levels
     from qualify.run.pipeline import CHECKPOINT_LEVELS, RunOptions, run_qualification
 
+    # The key is read before any level runs: a run that cannot be signed as asked is refused at once.
+    sign_key = None
+    if args.sign_key is not None:
+        from qualify.release.attestation import load_signing_key
+
+        sign_key = load_signing_key(args.sign_key, os.environ.get(SIGN_KEY_PASSWORD_ENV) or None)
+    if args.sign_model:
+        if sign_key is None:
+            raise UsageError(f"--sign-model needs a signing key: --sign-key PATH or ${SIGN_KEY_ENV}")
+        if importlib.util.find_spec("model_signing") is None:
+            raise UsageError("--sign-model needs the model-signing package: pip install 'qualify[sign]'")
     profile = load_profile(args.profile)
     if args.default_levels == "run":
         default = profile.run_levels
@@ -79,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         image_digest=args.image_digest, allow_unpinned=args.allow_unpinned, hf_cache=args.hf_cache,
         endpoint=args.endpoint, reference_endpoint=args.reference_endpoint, junit_xml=args.junit_xml,
         command=["qualify", *sys.argv[1:]], fetch_source=args.default_levels == "run",
+        sign_key=sign_key, sign_model=args.sign_model,
     )
     run_, run_dir, code = run_qualification(opts)
     print()
@@ -88,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"        {run_dir / 'report.md'}")
     if args.junit_xml:
         print(f"junit:  {args.junit_xml}")
+    if sign_key is not None:
+        from qualify.release.attestation import ATTESTATION_NAME, MODEL_SIGNATURE_NAME
+
+        print(f"signed: {run_dir / ATTESTATION_NAME} (key {sign_key.fingerprint})")
+        if args.sign_model:
+            print(f"        {run_dir / MODEL_SIGNATURE_NAME} (OpenSSF model-signing)")
     if code in (3, 4):  # pytest: internal error / usage error: the harness, not the checkpoint
         return EXIT_ERROR
     return EXIT_QUALIFIED if str(run_.verdict) == "qualified" else EXIT_NOT_QUALIFIED

@@ -15,22 +15,31 @@ refuses unless every one of these holds, and names each one that does not:
   bytes (its sha256), so an edited copy with fewer requirements cannot pass as it;
 - the checkpoint identity matches what is being released: with a directory, every
   file the report lists has the same size and sha256 there, and every load-relevant
-  file there is in the report; with a revision, the report's checkpoint revision is it.
+  file there is in the report; with a revision, the report's checkpoint revision is it;
+- each level holds exactly the checks this harness defines for it
+  (:mod:`qualify.release.checklist`): a made-up, misplaced or missing check id is a refusal.
 
-:func:`refusals` is pure (report, facts in; reasons out); :func:`describe_checkpoint`
-does the I/O of hashing a directory.
+A report is a file anyone can edit, so for a release the gate takes a signed attestation
+(:mod:`qualify.release.attestation`) instead and trusts only what its verified statement
+says: :func:`attestation_refusals` applies the same policy to it, the subjects against
+the directory (:func:`subject_refusals`), and the revision only where the run verified it
+against the bytes. The report-only path (:func:`refusals`) is for ``--allow-unsigned``.
+
+:func:`refusals` and :func:`attestation_refusals` are pure (record, facts in; reasons out);
+:func:`describe_checkpoint` does the I/O of hashing a directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.checkpoint.checksums import sha256_files
-from qualify.checkpoint.files import is_never_loaded
-from qualify.checkpoint.manifest import FileEntry, list_checkpoint_files
+from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files
 from qualify.errors import CheckpointError, UsageError
+from qualify.release.attestation import DRAFT, PROFILE, REPORT, RUNTIME_IMAGE, Attested
+from qualify.release.checklist import level_of_check
 from qualify.report.model import LEVELS, Run, Status, Verdict
 from qualify.util.identifiers import is_commit
 
@@ -44,6 +53,9 @@ class Expected:
     revision: str | None = None
     profile_sha256: str | None = None  # the shipped profile's, when the report names a shipped profile
     allow_unpinned: bool = False  # accept a run whose runtime was launched from a moving tag or revision
+    # Each level's check ids as this harness defines them (checklist.level_checks), and its version.
+    defined_checks: Mapping[str, Sequence[str]] | None = None
+    harness_version: str | None = None
 
 
 def is_load_relevant(rel: str) -> bool:
@@ -75,10 +87,14 @@ def describe_checkpoint(root: Path) -> tuple[FileEntry, ...]:
 
 def shipped_profile(run: Run) -> tuple[tuple[str, ...], str] | None:
     """(required levels, sha256) of the shipped profile the report names; None if it names no shipped one."""
+    return shipped_profile_named(run.profile.get("name"))
+
+
+def shipped_profile_named(name: object) -> tuple[tuple[str, ...], str] | None:
+    """(required levels, sha256) of the shipped profile named ``name``; None if no shipped profile has that name."""
     from qualify.profile import list_profiles, load_profile
 
-    name = run.profile.get("name")
-    if name not in list_profiles():
+    if not isinstance(name, str) or name not in list_profiles():
         return None
     profile = load_profile(name)
     return profile.required_levels, profile.sha256
@@ -121,6 +137,19 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         moving = "; ".join(str(u) for u in (runtime.get("plan") or {}).get("unpinned") or []) or "unpinned"
         reasons.append(f"the runtime was launched unpinned, so the run is not reproducible ({moving}); pin the "
                        "image digest and revisions, or pass --allow-unpinned to accept that")
+
+    if expected.harness_version is not None and run.harness_version != expected.harness_version:
+        reasons.append(f"the report was made by qualify {run.harness_version}; this gate (qualify "
+                       f"{expected.harness_version}) knows the checks of its own version only")
+    if expected.defined_checks is not None:
+        ids_by_level: dict[str, list[str]] = {}
+        for lvl in run.levels:
+            for check in lvl.checks:
+                if check.level != lvl.name:
+                    reasons.append(f"check {check.id} says level {check.level} but is listed under {lvl.name}")
+                ids_by_level.setdefault(lvl.name, []).append(check.id)
+        reasons += check_id_refusals(ids_by_level, expected.required_levels, expected.defined_checks,
+                                     expected.harness_version or run.harness_version)
 
     by_name = {lvl.name: lvl for lvl in run.levels}
     for name in expected.required_levels:
@@ -202,4 +231,120 @@ def identity_refusals(reported: Sequence[dict], actual: Sequence[FileEntry]) -> 
     for path in sorted(set(here) - seen):
         if is_load_relevant(path):
             out.append(f"{path}: in the checkpoint directory but not in the report (unqualified content)")
+    return out
+
+
+def check_id_refusals(ids_by_level: Mapping[str, Sequence[str]], required_levels: Sequence[str],
+                      defined: Mapping[str, Sequence[str]], version: str) -> list[str]:
+    """Check ids a report or statement holds against the ones this harness defines for each level.
+
+    A level is what its checks are: an id the harness never had (made up), one listed in
+    another level's place or twice, or a defined check of a required level that is absent,
+    each means the record does not show that level was qualified.
+    """
+    out = []
+    seen: set[str] = set()
+    for level, ids in ids_by_level.items():
+        for cid in ids:
+            if cid in seen:
+                out.append(f"check {cid} is listed more than once")
+                continue
+            seen.add(cid)
+            if cid not in defined.get(level, ()):
+                owner = next((lv for lv, known in defined.items() if cid in known), None)
+                where = f"a check of level {owner}, listed under {level}" if owner else \
+                    f"not a check qualify {version} defines (made up)"
+                out.append(f"check {cid}: {where}")
+    for level in required_levels:
+        expected = defined.get(level, ())
+        if not expected:
+            out.append(f"required level {level}: qualify {version} defines no check for it")
+            continue
+        missing = [cid for cid in expected if cid not in ids_by_level.get(level, ())]
+        if missing and ids_by_level.get(level):
+            out.append(f"required level {level}: check(s) {', '.join(missing)} missing (qualify {version} defines "
+                       f"{len(expected)} for it)")
+    return out
+
+
+def attestation_refusals(att: Attested, expected: Expected, *, version: str,
+                         defined: Mapping[str, Sequence[str]]) -> list[str]:
+    """Every reason a *verified* statement does not license this release; empty means it does.
+
+    Pure: the signature was verified before (:func:`qualify.release.attestation.verify_envelope`);
+    this is the release policy applied to what the statement says.
+    """
+    reasons = [f"the attestation is malformed: {p}" for p in att.problems]
+    if not expected.required_levels:
+        reasons.append("no level is required, so the attestation cannot show that anything was qualified")
+    if expected.checkpoint_files is None:
+        reasons.append("no checkpoint directory to compare the attestation's subjects with")
+    if att.harness_version != version:
+        reasons.append(f"the attestation was made by qualify {att.harness_version}; this gate (qualify {version}) "
+                       "knows the checks of its own version only")
+    if att.result != "PASSED":
+        reasons.append(f"the attested result is {att.result}: the run's verdict was not qualified")
+    if att.annotation(REPORT, "interrupted"):
+        reasons.append(f"the run was interrupted ({att.annotation(REPORT, 'interrupted')}) before it finished")
+    if att.annotation(REPORT, "errors"):
+        reasons.append(f"the run recorded {att.annotation(REPORT, 'errors')} harness error(s)")
+
+    ids_by_level: dict[str, list[str]] = {}
+    for cid in (*att.passed, *att.failed):
+        level = level_of_check(cid)
+        if level is None:
+            reasons.append(f"check {cid}: not a check qualify {version} defines (made up)")
+        else:
+            ids_by_level.setdefault(level, []).append(cid)
+    reasons += check_id_refusals(ids_by_level, expected.required_levels, defined, version)
+    failed = set(att.failed)
+    for level in expected.required_levels:
+        ids = ids_by_level.get(level)
+        if not ids:
+            reasons.append(f"required level {level} is missing from the attestation (no check of it ran)")
+            continue
+        bad = [cid for cid in ids if cid in failed]
+        if bad:
+            reasons.append(f"required level {level} did not pass: {', '.join(bad)} not passed")
+
+    profile_sha = att.digest(PROFILE)
+    if expected.profile_sha256 is not None and profile_sha != expected.profile_sha256:
+        reasons.append(f"the run was made under profile {att.profile_name} with sha256 "
+                       f"{profile_sha or '(none recorded)'}, but the shipped profile of that name has sha256 "
+                       f"{expected.profile_sha256}: its conditions are not the ones this release is qualified under")
+    if att.annotation(RUNTIME_IMAGE, "reproducible") is False and not expected.allow_unpinned:
+        reasons.append("the runtime was launched unpinned, so the run is not reproducible; pin the image digest and "
+                       "revisions, or pass --allow-unpinned to accept that")
+
+    if expected.revision is not None:
+        recorded = att.annotation(DRAFT, "revision")
+        verified_by = att.annotation(DRAFT, "revisionVerifiedBy")
+        if recorded != expected.revision:
+            reasons.append(f"the attestation is about draft revision {recorded or '(none recorded)'}, "
+                           f"not {expected.revision}")
+        elif not verified_by:
+            claimed = att.annotation(DRAFT, "revisionSource")
+            reasons.append(f"revision {expected.revision} was only claimed ({claimed}): the run never compared it "
+                           "with the bytes, so it cannot vouch for it")
+    if expected.checkpoint_files is not None:
+        reasons += subject_refusals(att.subjects, expected.checkpoint_files)
+    return reasons
+
+
+def subject_refusals(subjects: Mapping[str, str], actual: Sequence[FileEntry]) -> list[str]:
+    """The signed subjects (path -> sha256) against the directory being released: missing, changed, extra."""
+    if not subjects:
+        return ["the attestation names no checkpoint file, so it cannot vouch for any directory"]
+    here = {f.path: f for f in actual}
+    out = []
+    for path in sorted(subjects):
+        got = here.get(path)
+        if got is None:
+            out.append(f"{path}: signed in the attestation but missing from the checkpoint directory")
+        elif got.sha256 != subjects[path]:
+            out.append(f"{path}: changed after signing (sha256 {subjects[path][:12]}... signed, "
+                       f"{got.sha256[:12]}... in the directory)")
+    for path in sorted(set(here) - set(subjects)):
+        if is_load_relevant(path):
+            out.append(f"{path}: in the checkpoint directory but not in the attestation (unqualified content)")
     return out

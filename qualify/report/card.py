@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from qualify.report.model import LEVEL_TITLES, Check, Run, Status, Verdict
@@ -368,8 +369,32 @@ def support_sentence(run: Run) -> str | None:
             f"and {quantization} integration used by the qualified runtime.")
 
 
-def validation_status_section(run: Run, *, heading: str | None = "## Validation status") -> str:
-    """The card's section: status, conditions, what the runtime showed, what was not qualified."""
+@dataclass(frozen=True)
+class AttestationCitation:
+    """A verified attestation of the run, as the card cites it (the caller verified it first)."""
+
+    file: str  # its file name, e.g. attestation.intoto.jsonl
+    sha256: str  # hex sha256 of the attestation file
+    key_fingerprint: str  # "sha256:<hex>" of the signing key's DER SubjectPublicKeyInfo
+
+
+def attestation_sentence(citation: AttestationCitation) -> str:
+    """The card's one sentence that lets a reader check the claim against the signed statement."""
+    return (f"Signed attestation: `{citation.file}` (sha256 `{citation.sha256}`), an in-toto test-result statement "
+            f"of this run over every checkpoint file, signed with the EC P-256 key `{citation.key_fingerprint}` (the "
+            "SHA-256 of its DER public key); `qualify gate --attestation FILE --verify-key KEY --checkpoint DIR` "
+            "verifies it.")
+
+
+def validation_status_section(run: Run, *, heading: str | None = "## Validation status",
+                              attestation: AttestationCitation | None = None) -> str:
+    """The card's section: status, conditions, what the runtime showed, what was not qualified.
+
+    Args:
+        run: the report.
+        heading: the section's heading, or None for none.
+        attestation: a verified attestation of this very report, cited last; None cites none.
+    """
     out = []
     if heading:
         out += [heading, ""]
@@ -394,6 +419,8 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     support = support_sentence(run)
     if support:
         out += ["", support]
+    if attestation is not None:
+        out += ["", attestation_sentence(attestation)]
     return "\n".join(out) + "\n"
 
 

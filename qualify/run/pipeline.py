@@ -20,6 +20,7 @@ from qualify import errors
 from qualify.checkpoint.checksums import folder_revision
 from qualify.errors import UsageError
 from qualify.profile import Profile
+from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB, SigningKey
 from qualify.report.model import LEVELS, Run
 
 CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
@@ -46,6 +47,8 @@ class RunOptions:
     junit_xml: Path | None = None
     command: Sequence[str] = ()
     extra_suite_args: Sequence[str] = ()
+    sign_key: SigningKey | None = None  # sign the run: attestation.intoto.jsonl beside report.json
+    sign_model: bool = False  # also sign the checkpoint folder in the OpenSSF model-signing format
 
 
 @dataclass
@@ -59,11 +62,13 @@ class Resolved:
     obtained: str  # "local folder" or "hub"
     errors: list[str] = field(default_factory=list)
     hub: dict[str, Any] | None = None
+    # How the revision was checked against the bytes (VERIFIED_BY_*), or None: a revision only claimed.
+    revision_verified_by: str | None = None
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": str(self.path) if self.path else None, "repo": self.repo,
                                "revision": self.revision, "revision_source": self.revision_source,
-                               "obtained": self.obtained}
+                               "revision_verified_by": self.revision_verified_by, "obtained": self.obtained}
         if self.hub is not None:
             out["hub"] = self.hub
         return out
@@ -78,7 +83,8 @@ def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resol
     except (errors.HubError, UsageError) as exc:
         return Resolved(None, repo, revision, "hub", "hub", errors=[f"{what} {repo}@{revision}: {exc}"],
                         hub=access.to_dict())
-    return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict())
+    # The hub served these files at that commit: the revision names these bytes.
+    return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict(), revision_verified_by=VERIFIED_BY_HUB)
 
 
 def resolve_checkpoint(opts: RunOptions) -> Resolved:
@@ -92,10 +98,14 @@ def resolve_checkpoint(opts: RunOptions) -> Resolved:
     if opts.checkpoint is not None:
         if not opts.checkpoint.is_dir():
             raise UsageError(f"{opts.checkpoint}: not a checkpoint directory")
+        # A folder with no hub history is identified by what it holds: any change of a byte changes it.
+        content = folder_revision(opts.checkpoint)
         if revision is None:
-            # A folder with no hub history is identified by what it holds: any change of a byte changes it.
-            revision, source = folder_revision(opts.checkpoint), "content of the local folder"
-        return Resolved(opts.checkpoint, repo, revision, source, "local folder")
+            revision, source = content, "content of the local folder"
+        # A revision given for a local folder is only a claim unless it is the folder's content revision:
+        # nothing ties a hub commit to bytes copied from somewhere.
+        verified = VERIFIED_BY_CONTENT if revision == content else None
+        return Resolved(opts.checkpoint, repo, revision, source, "local folder", revision_verified_by=verified)
     if revision is None:
         raise UsageError(f"profile {profile.name} pins no draft revision: give --draft-revision COMMIT (the release "
                          "candidate's immutable commit) or --checkpoint DIR")
@@ -133,7 +143,25 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
 
 
 def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
-    """Run every asked level in order; returns the run, its folder and pytest's exit code."""
+    """Run every asked level in order; returns the run, its folder and pytest's exit code.
+
+    With ``opts.sign_key``, the run is signed once its report is written, whatever the verdict:
+    attestation.intoto.jsonl (and model.sig with ``opts.sign_model``) beside report.json.
+
+    Raises:
+        HarnessError: the report was written but could not be signed (the run has no attestation).
+    """
+    from qualify.release.attestation import write_attestation
+
+    run, run_dir, code = _run_levels(opts)
+    if opts.sign_key is not None:
+        path = run.checkpoint.get("path")
+        write_attestation(run_dir, opts.sign_key, checkpoint=Path(path) if path else None,
+                          sign_checkpoint=opts.sign_model)
+    return run, run_dir, code
+
+
+def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     from qualify.run.runner import claim_run_dir, finish_run, new_run, run_suites
     from qualify.serving.client import check_endpoint
     from qualify.serving.local_servers import LocalServing

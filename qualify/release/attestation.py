@@ -1,0 +1,481 @@
+"""Signed qualification attestations: an in-toto Statement v1 in a DSSE envelope.
+
+The job that ran the checks signs a statement about exactly which bytes it judged;
+the release gate verifies the signature before it trusts a word of it.
+
+- **Statement** (:func:`build_statement`, pure): ``subject`` is every checkpoint file the
+  report lists, as in-toto ResourceDescriptors (name = the path relative to the checkpoint,
+  digest = its sha256). The predicate is the in-toto test-result predicate
+  (``https://in-toto.io/attestation/test-result/v0.1``): ``result`` is ``PASSED`` exactly
+  when the report's verdict is "qualified", ``passedTests`` the ids of the checks that
+  passed, ``failedTests`` the ids of every other check that ran (failed, error, skipped or
+  not run: none of them is a pass). ``configuration`` holds one ResourceDescriptor per
+  condition of the run, each under a fixed ``name``: ``qualify`` (the harness and its
+  version), ``report.json`` (the report's sha256, run id, verdict), ``profile`` (its sha256
+  and name), ``draft`` (its revision and whether the run verified that revision against the
+  bytes), ``source``, ``target``, ``runtime-image`` (the image ID the runtime ran),
+  ``prompts/<name>`` (each prompt set's sha256) and, with ``--sign-model``,
+  ``model-signature`` (the OpenSSF model-signing bundle and its root digest).
+- **Envelope**: DSSE, payload type ``application/vnd.in-toto+json``, signed and verified by
+  securesystemslib (:class:`~securesystemslib.dsse.Envelope`, ``CryptoSigner``,
+  ``SSlibKey``) with an EC P-256 key (ECDSA over SHA-256). The signature's ``keyid`` is the
+  key's fingerprint: ``sha256:`` + the hex SHA-256 of the public key's DER
+  SubjectPublicKeyInfo (:func:`key_fingerprint`), which ``openssl pkey -pubin -outform DER |
+  sha256sum`` reproduces.
+- **File**: ``attestation.intoto.jsonl`` beside report.json, one envelope on one line (the
+  in-toto/SLSA convention for a bundle of envelopes; the gate accepts exactly one).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qualify.errors import AttestationError, HarnessError, SigningKeyError
+from qualify.util.atomic import atomic_write_text
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+ATTESTATION_NAME = "attestation.intoto.jsonl"
+#: The OpenSSF model-signing bundle written beside the report with --sign-model.
+MODEL_SIGNATURE_NAME = "model.sig"
+#: CI's secret store hands the key over as a file; this variable names it.
+SIGN_KEY_ENV = "QUALIFY_SIGN_KEY"
+#: The passphrase of an encrypted signing key, when it is one (never logged).
+SIGN_KEY_PASSWORD_ENV = "QUALIFY_SIGN_KEY_PASSWORD"
+
+#: ``configuration`` descriptor names (see the module docstring).
+HARNESS = "qualify"
+REPORT = "report.json"
+PROFILE = "profile"
+DRAFT = "draft"
+SOURCE = "source"
+TARGET = "target"
+RUNTIME_IMAGE = "runtime-image"
+PROMPTS_PREFIX = "prompts/"
+MODEL_SIGNATURE = "model-signature"
+
+#: How a run may have verified the draft's revision against the bytes (pipeline.Resolved).
+VERIFIED_BY_CONTENT = "content of the local folder"
+VERIFIED_BY_HUB = "hub download at that commit"
+
+
+# ---------------------------------------------------------------- keys
+
+def key_fingerprint(public_key: Any) -> str:
+    """``sha256:<hex>`` of the public key's DER SubjectPublicKeyInfo: the key's one printed identity."""
+    from cryptography.hazmat.primitives import serialization
+
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def _require_p256(key: Any, path: Path, what: str) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if not isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey):
+        raise SigningKeyError(f"{path}: not an elliptic-curve {what} (an EC P-256 key in PEM is required)")
+    if not isinstance(key.curve, ec.SECP256R1):
+        raise SigningKeyError(f"{path}: an EC key on curve {key.curve.name}; EC P-256 (secp256r1) is required")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A loaded EC P-256 private key and where it came from (the path model-signing reads again)."""
+
+    private_key: Any = field(repr=False)
+    path: Path
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def fingerprint(self) -> str:
+        return key_fingerprint(self.private_key.public_key())
+
+
+def load_signing_key(path: Path, password: str | None = None) -> SigningKey:
+    """An EC P-256 private key from a PEM file (PKCS#8 or SEC1).
+
+    Raises:
+        SigningKeyError: the file is missing or unreadable, not a PEM private key, encrypted
+            without the right passphrase, or not EC P-256. The message never holds key material.
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SigningKeyError(f"{path}: cannot read the signing key: {exc.strerror or exc}") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=password.encode() if password else None)
+    except TypeError:
+        raise SigningKeyError(f"{path}: the signing key is encrypted; give its passphrase in "
+                              f"${SIGN_KEY_PASSWORD_ENV}") from None
+    except ValueError:
+        # cryptography's message may quote the PEM; ours never does.
+        raise SigningKeyError(f"{path}: not a PEM private key (or the passphrase is wrong); an EC P-256 private "
+                              "key in PEM is required") from None
+    _require_p256(key, path, "private key")
+    return SigningKey(key, path, password)
+
+
+def load_verify_key(path: Path) -> Any:
+    """An EC P-256 public key from a PEM file (SubjectPublicKeyInfo).
+
+    Raises:
+        SigningKeyError: missing or unreadable, not a PEM public key, or not EC P-256.
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SigningKeyError(f"{path}: cannot read the verify key: {exc.strerror or exc}") from None
+    if b"PRIVATE KEY" in data:
+        raise SigningKeyError(f"{path}: a private key; the gate takes the public key only (openssl ec -pubout)")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except ValueError:
+        raise SigningKeyError(f"{path}: not a PEM public key; an EC P-256 public key in PEM is required") from None
+    _require_p256(key, path, "public key")
+    return key
+
+
+def signing_key_from_env(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The key file ``$QUALIFY_SIGN_KEY`` names, if it names one."""
+    value = (os.environ if environ is None else environ).get(SIGN_KEY_ENV, "").strip()
+    return Path(value) if value else None
+
+
+def _sslib_key(public_key: Any) -> Any:
+    from securesystemslib.signer import SSlibKey
+
+    # keyid = the fingerprint, so an envelope names its signer the way the card and the gate do.
+    return SSlibKey.from_crypto(public_key, keyid=key_fingerprint(public_key))
+
+
+# ---------------------------------------------------------------- the statement (pure)
+
+def _descriptor(name: str, *, digest: dict[str, str] | None = None, uri: str | None = None,
+                annotations: dict[str, Any] | None = None, media_type: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name}
+    if uri:
+        out["uri"] = uri
+    known = {k: v for k, v in (digest or {}).items() if v}
+    if known:
+        out["digest"] = known
+    if media_type:
+        out["mediaType"] = media_type
+    if annotations:
+        out["annotations"] = annotations
+    return out
+
+
+def _hub_uri(repo: str | None) -> str | None:
+    return f"https://huggingface.co/{repo}" if repo else None
+
+
+def _git_commit(revision: str | None) -> dict[str, str]:
+    return {"gitCommit": revision} if revision else {}
+
+
+def _prompt_sets(report: Mapping[str, Any]) -> dict[str, str]:
+    """name -> sha256 of every prompt set a check recorded (acceptance, losslessness, throughput)."""
+    out: dict[str, str] = {}
+    for lvl in report.get("levels", []):
+        for check in lvl.get("checks", []):
+            measured = (check.get("evidence") or {}).get("measured") or {}
+            ident = measured.get("prompts")
+            if isinstance(ident, dict) and ident.get("name") and ident.get("sha256"):
+                out[str(ident["name"])] = str(ident["sha256"])
+    return out
+
+
+def _image_digest(report: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    runtime = (report.get("environment") or {}).get("runtime") or {}
+    image = runtime.get("image") or {}
+    image_id = str(image.get("id") or "")
+    digest = {"sha256": image_id.removeprefix("sha256:")} if image_id.startswith("sha256:") else {}
+    notes: dict[str, Any] = {"reproducible": runtime.get("reproducible")}
+    if image.get("ref"):
+        notes["ref"] = image["ref"]
+    if image.get("repo_digests"):
+        notes["repoDigests"] = list(image["repo_digests"])
+    return digest, notes
+
+
+def build_statement(report: Mapping[str, Any], report_sha256: str,
+                    model_signature: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The in-toto Statement for one run, from its report as written (``Run.to_dict()``) and its sha256.
+
+    Args:
+        report: report.json's content.
+        report_sha256: the hex sha256 of report.json's bytes on disk.
+        model_signature: ``{"file", "sha256", "root_digest"}`` of the model-signing bundle, if one was made.
+    """
+    checkpoint = report.get("checkpoint") or {}
+    subjects = [{"name": f["path"], "digest": {"sha256": f["sha256"]}}
+                for f in sorted(checkpoint.get("files") or [], key=lambda f: f["path"]) if f.get("sha256")]
+    passed, failed = [], []
+    for lvl in report.get("levels", []):
+        for check in lvl.get("checks", []):
+            (passed if check.get("status") == "passed" else failed).append(check["id"])
+
+    profile = report.get("profile") or {}
+    conditions = profile.get("conditions") or {}
+    source = report.get("source") or {}
+    target = conditions.get("target") or {}
+    harness = report.get("harness") or {}
+    image_digest, image_notes = _image_digest(report)
+    unhashed = sorted(f["path"] for f in checkpoint.get("files") or [] if not f.get("sha256"))
+    config = [
+        _descriptor(HARNESS, uri=f"pkg:pypi/qualify@{harness.get('version')}",
+                    annotations={"version": harness.get("version")}),
+        _descriptor(REPORT, digest={"sha256": report_sha256}, media_type="application/json",
+                    annotations={"runId": report.get("run_id"), "verdict": report.get("verdict"),
+                                 "interrupted": report.get("interrupted"), "errors": len(report.get("errors") or []),
+                                 "levels": [{"name": lv["name"], "required": lv.get("required", True),
+                                             "status": lv.get("status")} for lv in report.get("levels", [])]}),
+        _descriptor(PROFILE, digest={"sha256": profile.get("sha256")}, annotations={"name": profile.get("name")}),
+        _descriptor(DRAFT, uri=_hub_uri(checkpoint.get("repo")), annotations={
+            "revision": checkpoint.get("revision"), "revisionSource": checkpoint.get("revision_source"),
+            "revisionVerifiedBy": checkpoint.get("revision_verified_by"), "obtained": checkpoint.get("obtained"),
+            "unhashedFiles": unhashed}),
+        _descriptor(SOURCE, uri=_hub_uri(source.get("repo")), digest=_git_commit(source.get("revision"))),
+        _descriptor(TARGET, uri=_hub_uri(target.get("repo")), digest=_git_commit(target.get("revision"))),
+        _descriptor(RUNTIME_IMAGE, digest=image_digest, annotations=image_notes),
+    ]
+    config += [_descriptor(PROMPTS_PREFIX + name, digest={"sha256": sha}, media_type="application/json")
+               for name, sha in sorted(_prompt_sets(report).items())]
+    if model_signature is not None:
+        config.append(_descriptor(MODEL_SIGNATURE, uri=str(model_signature["file"]),
+                                  digest={"sha256": model_signature["sha256"]},
+                                  annotations={"format": "OpenSSF model-signing v1.0",
+                                               "rootDigest": {"sha256": model_signature["root_digest"]}}))
+    # A ResourceDescriptor needs a uri or a digest: a condition the run did not meet (no runtime
+    # launched, no target) is left out rather than described by nothing.
+    config = [d for d in config if "uri" in d or "digest" in d]
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "result": "PASSED" if report.get("verdict") == "qualified" else "FAILED",
+            "configuration": config,
+            "passedTests": passed,
+            "warnedTests": [],
+            "failedTests": failed,
+        },
+    }
+
+
+# ---------------------------------------------------------------- signing
+
+def sign_statement(statement: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
+    """The DSSE envelope (as a dict) of ``statement``, signed with ``key``."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import CryptoSigner
+
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    envelope = Envelope(payload, PAYLOAD_TYPE, {})
+    envelope.sign(CryptoSigner(key.private_key, _sslib_key(key.private_key.public_key())))
+    return envelope.to_dict()
+
+
+def sign_model(checkpoint: Path, key: SigningKey, out: Path) -> dict[str, Any]:
+    """Sign the checkpoint folder in the OpenSSF model-signing format (offline, the same EC key).
+
+    Returns ``{"file", "sha256", "root_digest"}``: the bundle's name, its sha256 and the root
+    digest its statement names the model by.
+
+    Raises:
+        HarnessError: model-signing is not installed, or it could not sign.
+    """
+    try:
+        from model_signing import signing
+    except ImportError as exc:
+        raise HarnessError(f"--sign-model needs the model-signing package ({exc}); install qualify[sign]") from None
+    try:
+        from model_signing import hashing
+
+        # A hub snapshot's files are symlinks into the cache's blobs; the bytes signed are the targets'.
+        config = signing.Config().set_hashing_config(hashing.Config().set_allow_symlinks(True))
+        tmp = out.with_name(f".{out.name}.tmp")
+        config.use_elliptic_key_signer(private_key=key.path, password=key.password).sign(checkpoint, tmp)
+        os.replace(tmp, out)
+        data = out.read_bytes()
+        bundle = json.loads(data)
+        statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        root = statement["subject"][0]["digest"]["sha256"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise HarnessError(f"model-signing could not sign {checkpoint}: {type(exc).__name__}: {exc}") from None
+    return {"file": out.name, "sha256": hashlib.sha256(data).hexdigest(), "root_digest": root}
+
+
+def write_attestation(report_dir: Path, key: SigningKey, *, checkpoint: Path | None = None,
+                      sign_checkpoint: bool = False) -> Path:
+    """Sign report_dir/report.json's run and write report_dir/attestation.intoto.jsonl atomically.
+
+    The statement is built from report.json's bytes as they lie on disk, so its sha256 is that
+    of the file a reader gets.
+
+    Raises:
+        HarnessError: report.json cannot be read, the model cannot be signed, or the file cannot be written.
+    """
+    report_path = Path(report_dir) / REPORT
+    try:
+        raw = report_path.read_bytes()
+        report = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"{report_path}: cannot read the report to sign it: {exc}") from None
+    model_sig = None
+    if sign_checkpoint:
+        if checkpoint is None:
+            raise HarnessError("--sign-model: the run has no local checkpoint folder to sign")
+        model_sig = sign_model(Path(checkpoint), key, Path(report_dir) / MODEL_SIGNATURE_NAME)
+    statement = build_statement(report, hashlib.sha256(raw).hexdigest(), model_sig)
+    envelope = sign_statement(statement, key)
+    out = Path(report_dir) / ATTESTATION_NAME
+    atomic_write_text(out, json.dumps(envelope, sort_keys=True, separators=(",", ":")) + "\n")
+    return out
+
+
+# ---------------------------------------------------------------- verifying
+
+def read_envelope(path: Path) -> dict[str, Any]:
+    """The one DSSE envelope of an ``.intoto.jsonl`` (or ``.json``) file, unverified.
+
+    Raises:
+        AttestationError: unreadable, not JSON, more than one envelope, or not a DSSE envelope.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AttestationError(f"{path}: cannot read the attestation: {exc}") from None
+    stripped = text.strip()
+    lines = [ln for ln in stripped.splitlines() if ln.strip()]
+    if not lines:
+        raise AttestationError(f"{path}: the attestation file is empty")
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        if len(lines) > 1:
+            raise AttestationError(f"{path}: holds {len(lines)} lines; exactly one DSSE envelope is expected") from None
+        raise AttestationError(f"{path}: not JSON, so not a DSSE envelope") from None
+    if not isinstance(data, dict) or not {"payload", "payloadType", "signatures"} <= set(data):
+        raise AttestationError(f"{path}: not a DSSE envelope (payload, payloadType and signatures are required)")
+    return data
+
+
+def verify_envelope(envelope: Mapping[str, Any], public_key: Any) -> dict[str, Any]:
+    """The statement of a DSSE envelope whose signature verifies with ``public_key``; nothing else is trusted.
+
+    Raises:
+        AttestationError: the payload type is not in-toto, the envelope is malformed, it is signed
+            by another key, its signature does not verify (altered after signing), or the payload is
+            not an in-toto Statement v1 with the test-result predicate.
+    """
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
+    if envelope.get("payloadType") != PAYLOAD_TYPE:
+        raise AttestationError(f"the envelope's payload type is {envelope.get('payloadType')!r}, not {PAYLOAD_TYPE}")
+    try:
+        parsed = Envelope.from_dict(json.loads(json.dumps(envelope)))  # from_dict edits its argument
+    except Exception as exc:  # securesystemslib raises several kinds for a malformed envelope
+        raise AttestationError(f"the envelope is malformed: {type(exc).__name__}: {exc}") from None
+    if not parsed.signatures:
+        raise AttestationError("the envelope carries no signature")
+    key = _sslib_key(public_key)
+    try:
+        parsed.verify([key], 1)
+    except VerificationError:
+        keyids = sorted(parsed.signatures)
+        if key.keyid not in keyids:
+            raise AttestationError(f"signed by another key ({', '.join(keyids)}), not by the verify key "
+                                   f"({key.keyid})") from None
+        raise AttestationError(f"the signature does not verify with the verify key ({key.keyid}): the attestation "
+                               "was altered after it was signed, or forged") from None
+    try:
+        statement = json.loads(parsed.payload)
+    except ValueError:
+        raise AttestationError("the signed payload is not JSON") from None
+    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
+        raise AttestationError(f"the signed payload is not an in-toto Statement v1 ({STATEMENT_TYPE})")
+    if statement.get("predicateType") != PREDICATE_TYPE:
+        raise AttestationError(f"the statement's predicate is {statement.get('predicateType')!r}, not {PREDICATE_TYPE}")
+    return statement
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a small file (a report, an attestation) read whole."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- reading a verified statement (pure)
+
+@dataclass(frozen=True)
+class Attested:
+    """What a verified statement says, in the gate's terms."""
+
+    result: str
+    subjects: dict[str, str]  # path -> sha256
+    passed: tuple[str, ...]
+    failed: tuple[str, ...]
+    config: dict[str, dict[str, Any]]  # descriptor name -> descriptor
+    problems: tuple[str, ...] = ()  # shapes the statement should not have
+
+    def annotation(self, name: str, key: str) -> Any:
+        return ((self.config.get(name) or {}).get("annotations") or {}).get(key)
+
+    def digest(self, name: str, algorithm: str = "sha256") -> str | None:
+        return ((self.config.get(name) or {}).get("digest") or {}).get(algorithm)
+
+    @property
+    def harness_version(self) -> str | None:
+        return self.annotation(HARNESS, "version")
+
+    @property
+    def profile_name(self) -> str | None:
+        return self.annotation(PROFILE, "name")
+
+
+def read_statement(statement: Mapping[str, Any]) -> Attested:
+    """The verified statement as :class:`Attested`; what does not fit the format is listed in ``problems``."""
+    problems: list[str] = []
+    subjects: dict[str, str] = {}
+    for i, sub in enumerate(statement.get("subject") or []):
+        name = sub.get("name") if isinstance(sub, dict) else None
+        sha = (sub.get("digest") or {}).get("sha256") if isinstance(sub, dict) else None
+        if not isinstance(name, str) or not isinstance(sha, str):
+            problems.append(f"subject {i} has no name or no sha256 digest")
+        elif name in subjects:
+            problems.append(f"subject {name!r} is listed twice")
+        else:
+            subjects[name] = sha
+    pred = statement.get("predicate") or {}
+
+    def ids(key: str) -> tuple[str, ...]:
+        value = pred.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problems.append(f"predicate.{key} is not a list of check ids")
+            return ()
+        return tuple(value)
+
+    config: dict[str, dict[str, Any]] = {}
+    for desc in pred.get("configuration") or []:
+        if isinstance(desc, dict) and isinstance(desc.get("name"), str):
+            if desc["name"] in config:
+                problems.append(f"configuration {desc['name']!r} is listed twice")
+            config[desc["name"]] = desc
+    return Attested(result=str(pred.get("result")), subjects=subjects, passed=ids("passedTests"),
+                    failed=ids("failedTests") + ids("warnedTests"), config=config, problems=tuple(problems))

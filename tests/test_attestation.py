@@ -1,0 +1,601 @@
+"""Signed attestations and the release gate that verifies them.
+
+One real ``qualify check`` of the shipped fixture, signed with a key the test generates; the
+gate passes it, and refuses, naming why, every forgery and mismatch a release engineer could
+try: another key, a file changed, added or removed after signing, the attestation of another
+checkpoint, an altered statement, a forged report, a made-up or missing check, an unverified
+revision. The policy itself is also tested on statements built in memory (pure, fast).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from qualify import __version__
+from qualify.cli import main
+from qualify.errors import AttestationError, HarnessError, SigningKeyError
+from qualify.release import attestation as a
+from qualify.release.checklist import level_checks, suite_checks
+from qualify.release.gate import Expected, attestation_refusals
+from qualify.report.model import LEVELS
+from qualify.util.escape import escape_terminal
+from tests.helpers import FIXTURE, REPO, TRACEBACK, run_qualify
+
+CHECKPOINT_LEVELS = "structure,format,reproduction"
+REQUIRE = ("--require", CHECKPOINT_LEVELS)
+
+
+# ---------------------------------------------------------------- keys the tests generate
+
+def write_key(folder: Path, name: str, curve: ec.EllipticCurve | None = None,
+              password: bytes | None = None) -> tuple[Path, Path]:
+    """(private PEM, public PEM) of a fresh EC key (P-256 unless ``curve``)."""
+    key = ec.generate_private_key(curve or ec.SECP256R1())
+    enc = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub.pem"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    folder = tmp_path_factory.mktemp("keys")
+    return {"release": write_key(folder, "release"), "attacker": write_key(folder, "attacker")}
+
+
+@pytest.fixture(scope="module")
+def signed_run(tmp_path_factory, keys) -> Path:
+    """One real `qualify check` of the fixture's checkpoint levels, signed (and the model signed too)."""
+    reports = tmp_path_factory.mktemp("reports")
+    proc = run_qualify("check", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"), "--levels",
+                       CHECKPOINT_LEVELS, "--report-dir", str(reports), "--sign-key", str(keys["release"][0]),
+                       "--sign-model")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = reports.glob("*/")
+    assert "signed: " in proc.stdout and a.key_fingerprint(a.load_verify_key(keys["release"][1])) in proc.stdout
+    return run_dir
+
+
+@pytest.fixture
+def release(tmp_path) -> Path:
+    dest = tmp_path / "release"
+    shutil.copytree(FIXTURE / "mxfp8", dest)
+    return dest
+
+
+@pytest.fixture
+def gate(capsys):
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["gate", *args])
+        out, err = capsys.readouterr()
+        assert TRACEBACK not in out + err
+        return code, out, err
+
+    return call
+
+
+def gate_args(run_dir: Path, key: Path, checkpoint: Path, *extra: str, require: str = CHECKPOINT_LEVELS) -> list[str]:
+    return ["--attestation", str(run_dir / a.ATTESTATION_NAME), "--verify-key", str(key), "--checkpoint",
+            str(checkpoint), "--require", require, *extra]
+
+
+def statement_of(run_dir: Path) -> dict:
+    envelope = json.loads((run_dir / a.ATTESTATION_NAME).read_text())
+    return json.loads(base64.b64decode(envelope["payload"]))
+
+
+# ---------------------------------------------------------------- the real run, signed
+
+@pytest.mark.slow
+def test_the_signed_fixture_run_passes_the_gate(signed_run, keys, release, gate):
+    code, out, _ = gate(*gate_args(signed_run, keys["release"][1], release))
+    assert code == 0, out
+    assert out.startswith("qualified: structure, format, reproduction passed in run ")
+    assert a.key_fingerprint(a.load_verify_key(keys["release"][1])) in out
+    assert "4 files in" in out and "are the ones signed" in out
+
+
+@pytest.mark.slow
+def test_the_statement_is_in_toto_test_result_about_every_file(signed_run):
+    st = statement_of(signed_run)
+    assert st["_type"] == "https://in-toto.io/Statement/v1"
+    assert st["predicateType"] == "https://in-toto.io/attestation/test-result/v0.1"
+    report = json.loads((signed_run / "report.json").read_text())
+    assert {s["name"]: s["digest"]["sha256"] for s in st["subject"]} == {
+        f["path"]: f["sha256"] for f in report["checkpoint"]["files"]}
+    pred = st["predicate"]
+    assert pred["result"] == "PASSED" and pred["failedTests"] == []
+    assert pred["passedTests"] == [c["id"] for lv in report["levels"] for c in lv["checks"]]
+    config = {d["name"]: d for d in pred["configuration"]}
+    assert config["report.json"]["digest"]["sha256"] == hashlib.sha256((signed_run / "report.json").read_bytes()
+                                                                       ).hexdigest()
+    assert config["profile"]["digest"]["sha256"] == report["profile"]["sha256"]
+    assert config["qualify"]["annotations"]["version"] == __version__
+    assert config["source"]["digest"]["gitCommit"] == report["source"]["revision"]
+    assert config["draft"]["annotations"]["revisionVerifiedBy"] == a.VERIFIED_BY_CONTENT
+
+
+@pytest.mark.slow
+def test_the_model_signature_verifies_with_the_standard_tool(signed_run, keys, release):
+    from model_signing import verifying
+
+    verifying.Config().use_elliptic_key_verifier(public_key=keys["release"][1]).verify(
+        release, signed_run / a.MODEL_SIGNATURE_NAME)
+    bundle = json.loads((signed_run / a.MODEL_SIGNATURE_NAME).read_text())
+    root = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))["subject"][0]["digest"]["sha256"]
+    config = {d["name"]: d for d in statement_of(signed_run)["predicate"]["configuration"]}
+    assert config["model-signature"]["annotations"]["rootDigest"]["sha256"] == root
+    # ... and the standard tool refuses the checkpoint once a byte changed.
+    raw = bytearray((release / "config.json").read_bytes())
+    raw[0] ^= 0x01
+    (release / "config.json").write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="Signature mismatch"):
+        verifying.Config().use_elliptic_key_verifier(public_key=keys["release"][1]).verify(
+            release, signed_run / a.MODEL_SIGNATURE_NAME)
+
+
+@pytest.mark.slow
+def test_another_key_is_refused(signed_run, keys, release, gate):
+    code, out, _ = gate(*gate_args(signed_run, keys["attacker"][1], release))
+    assert code == 1
+    (line,) = out.splitlines()
+    assert line.startswith("refused: the attestation cannot be trusted: signed by another key")
+
+
+@pytest.mark.slow
+def test_a_file_changed_after_signing_is_refused_and_named(signed_run, keys, release, gate):
+    raw = bytearray((release / "model.safetensors").read_bytes())
+    raw[-1] ^= 0x01
+    (release / "model.safetensors").write_bytes(bytes(raw))
+    code, out, _ = gate(*gate_args(signed_run, keys["release"][1], release))
+    assert code == 1
+    (line,) = out.splitlines()
+    assert line.startswith("refused: model.safetensors: changed after signing")
+
+
+@pytest.mark.slow
+def test_an_added_and_a_removed_file_are_each_refused_and_named(signed_run, keys, release, gate):
+    (release / "extra.safetensors").write_bytes(b"\0" * 16)
+    (release / "hf_quant_config.json").unlink()
+    (release / "README.md").write_text("# a model card written after qualification\n")
+    code, out, _ = gate(*gate_args(signed_run, keys["release"][1], release))
+    assert code == 1
+    assert out.splitlines() == [
+        "refused: hf_quant_config.json: signed in the attestation but missing from the checkpoint directory",
+        "refused: extra.safetensors: in the checkpoint directory but not in the attestation (unqualified content)",
+    ]  # the model card is not load-relevant: no refusal
+
+
+@pytest.mark.slow
+def test_the_attestation_of_another_checkpoint_is_refused(signed_run, keys, tmp_path, gate):
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURE / "mxfp8", other)
+    # Another checkpoint: the same tensors under another config (what a swapped release looks like).
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["torch_dtype"] = "float16" if cfg.get("torch_dtype") != "float16" else "bfloat16"
+    (other / "config.json").write_text(json.dumps(cfg))
+    code, out, _ = gate(*gate_args(signed_run, keys["release"][1], other))
+    assert code == 1
+    assert out.splitlines() == ["refused: config.json: changed after signing (sha256 "
+                                f"{statement_sha(signed_run, 'config.json')[:12]}... signed, "
+                                f"{hashlib.sha256((other / 'config.json').read_bytes()).hexdigest()[:12]}... in the "
+                                "directory)"]
+
+
+def statement_sha(run_dir: Path, name: str) -> str:
+    return next(s["digest"]["sha256"] for s in statement_of(run_dir)["subject"] if s["name"] == name)
+
+
+def forged_envelope(run_dir: Path, tmp_path: Path, edit, sign_with: Path | None = None) -> Path:
+    """The run's attestation with its statement edited: re-encoded unsigned, or re-signed with another key."""
+    envelope = json.loads((run_dir / a.ATTESTATION_NAME).read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    edit(statement)
+    if sign_with is not None:
+        envelope = a.sign_statement(statement, a.load_signing_key(sign_with))
+    else:
+        envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    out = tmp_path / "forged" / a.ATTESTATION_NAME
+    out.parent.mkdir()
+    out.write_text(json.dumps(envelope) + "\n")
+    return out.parent
+
+
+def flip_all_passed(statement: dict) -> None:
+    pred = statement["predicate"]
+    pred["passedTests"] += pred["failedTests"] + ["load.made_up"]
+    pred["failedTests"] = []
+    pred["result"] = "PASSED"
+
+
+@pytest.mark.slow
+def test_an_altered_statement_does_not_verify(signed_run, keys, release, tmp_path, gate):
+    forged = forged_envelope(signed_run, tmp_path, flip_all_passed)
+    code, out, _ = gate(*gate_args(forged, keys["release"][1], release))
+    assert code == 1
+    (line,) = out.splitlines()
+    assert line == ("refused: the attestation cannot be trusted: the signature does not verify with the verify key "
+                    f"({a.key_fingerprint(a.load_verify_key(keys['release'][1]))}): the attestation was altered after "
+                    "it was signed, or forged")
+
+
+@pytest.mark.slow
+def test_a_statement_re_signed_by_another_key_is_refused(signed_run, keys, release, tmp_path, gate):
+    forged = forged_envelope(signed_run, tmp_path, flip_all_passed, sign_with=keys["attacker"][0])
+    code, out, _ = gate(*gate_args(forged, keys["release"][1], release))
+    assert code == 1 and "signed by another key" in out
+
+
+@pytest.mark.slow
+def test_a_forged_report_is_refused(signed_run, keys, release, tmp_path, gate):
+    """Statuses flipped to passed, findings cleared, made-up checks added: with or without the attestation."""
+    report = json.loads((signed_run / "report.json").read_text())
+    report["levels"][0]["checks"][0]["evidence"]["findings"] = []
+    for name in ("load", "smoke"):
+        report["levels"].append({"name": name, "title": name, "required": True, "status": "passed", "reason": "",
+                                 "checks": [{"id": f"{name}.made_up", "level": name, "title": "made up",
+                                             "status": "passed", "message": "", "duration_s": 0.0,
+                                             "evidence": {"summary": "fine", "findings": [], "findings_total": 0,
+                                                          "measured": {}, "expected": {}}}]})
+    report["qualified_levels"] = [lv["name"] for lv in report["levels"]]
+    forged_dir = tmp_path / "run"
+    shutil.copytree(signed_run, forged_dir)
+    (forged_dir / "report.json").write_text(json.dumps(report))
+    # Beside its attestation, the forged report is not the one signed.
+    code, out, _ = gate(str(forged_dir / "report.json"), "--verify-key", str(keys["release"][1]), "--checkpoint",
+                        str(release), "--require", "structure,format,reproduction,load,smoke")
+    assert code == 1
+    assert out.splitlines()[0].startswith(f"refused: {forged_dir / 'report.json'} is not the report the "
+                                          "attestation signed")
+    # Alone, it is refused as unsigned ...
+    code, out, _ = gate(str(forged_dir / "report.json"), "--checkpoint", str(release), *REQUIRE)
+    assert code == 1 and "comes with no attestation" in out
+    # ... and even on its word (--allow-unsigned), its made-up checks are.
+    code, out, err = gate(str(forged_dir / "report.json"), "--checkpoint", str(release), "--allow-unsigned",
+                          "--require", "structure,format,reproduction,load,smoke")
+    assert code == 1
+    assert f"refused: check load.made_up: not a check qualify {__version__} defines (made up)" in out.splitlines()
+    assert "required level load: check(s) load.gpu_preflight" in out
+    assert "UNSIGNED (--allow-unsigned)" in err
+
+
+@pytest.mark.slow
+def test_the_revision_must_be_the_one_the_run_verified(signed_run, keys, release, tmp_path, gate):
+    revision = statement_of(signed_run)["predicate"]["configuration"][3]["annotations"]["revision"]
+    code, out, _ = gate(*gate_args(signed_run, keys["release"][1], release, "--revision", revision))
+    assert code == 0, out
+    code, out, _ = gate(*gate_args(signed_run, keys["release"][1], release, "--revision", "f" * 40))
+    assert code == 1 and f"the attestation is about draft revision {revision}, not {'f' * 40}" in out
+    # A revision only claimed on the command line (--draft-revision) cannot satisfy --revision.
+    claimed = "c" * 40
+    reports = tmp_path / "reports"
+    proc = run_qualify("check", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"), "--levels", "structure",
+                       "--report-dir", str(reports), "--sign-key", str(keys["release"][0]), "--draft-revision", claimed)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = reports.glob("*/")
+    code, out, _ = gate(*gate_args(run_dir, keys["release"][1], release, "--revision", claimed, require="structure"))
+    assert code == 1
+    assert f"refused: revision {claimed} was only claimed (--draft-revision): the run never compared it" in out
+
+
+@pytest.mark.slow
+def test_the_gate_never_imports_torch(signed_run, keys, release):
+    code = ("import sys; from qualify.cli import main; "
+            f"rc = main({['gate', *gate_args(signed_run, keys['release'][1], release)]!r}); "
+            "print(rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines()[-1] == "0 False", proc.stdout + proc.stderr
+
+
+def test_a_bad_key_is_refused_before_anything_runs(tmp_path):
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    bad = tmp_path / "rsa.pem"
+    bad.write_bytes(rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    proc = run_qualify("check", str(FIXTURE / "mxfp8"), "--levels", "structure", "--report-dir",
+                       str(tmp_path / "reports"), "--sign-key", str(bad))
+    assert proc.returncode == 2
+    assert f"{bad}: not an elliptic-curve private key (an EC P-256 key in PEM is required)" in proc.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+# ---------------------------------------------------------------- keys (fast)
+
+def test_the_fingerprint_is_the_sha256_of_the_der_public_key(tmp_path):
+    priv, pub = write_key(tmp_path, "k")
+    key = a.load_verify_key(pub)
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    assert a.key_fingerprint(key) == "sha256:" + hashlib.sha256(der).hexdigest()
+    assert a.load_signing_key(priv).fingerprint == a.key_fingerprint(key)
+
+
+def test_keys_that_cannot_be_used_are_named(tmp_path):
+    p384, p384_pub = write_key(tmp_path, "p384", ec.SECP384R1())
+    locked, _ = write_key(tmp_path, "locked", password=b"s3cret-passphrase")
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+    cases = [
+        (lambda: a.load_signing_key(tmp_path / "missing.pem"), "cannot read the signing key"),
+        (lambda: a.load_signing_key(p384), "curve secp384r1; EC P-256 (secp256r1) is required"),
+        (lambda: a.load_verify_key(p384_pub), "curve secp384r1"),
+        (lambda: a.load_signing_key(locked), f"encrypted; give its passphrase in ${a.SIGN_KEY_PASSWORD_ENV}"),
+        (lambda: a.load_signing_key(locked, "wrong"), "or the passphrase is wrong"),
+        (lambda: a.load_signing_key(garbage), "not a PEM private key"),
+        (lambda: a.load_verify_key(locked), "a private key; the gate takes the public key only"),
+    ]
+    for call, words in cases:
+        with pytest.raises(SigningKeyError) as info:
+            call()
+        assert words in str(info.value)
+        assert "s3cret" not in str(info.value)
+    assert a.load_signing_key(locked, "s3cret-passphrase").fingerprint.startswith("sha256:")
+
+
+def test_the_key_file_may_come_from_the_environment():
+    assert a.signing_key_from_env({a.SIGN_KEY_ENV: " /secrets/release.pem "}) == Path("/secrets/release.pem")
+    assert a.signing_key_from_env({a.SIGN_KEY_ENV: ""}) is None
+    assert a.signing_key_from_env({}) is None
+
+
+# ---------------------------------------------------------------- the envelope (fast)
+
+def minimal_report(**changes) -> dict:
+    checks = level_checks()
+    report = {
+        "run_id": "r1", "harness": {"name": "qualify", "version": __version__}, "verdict": "qualified",
+        "interrupted": None, "errors": [],
+        "profile": {"name": "fixture", "sha256": "p" * 64, "conditions": {}},
+        "checkpoint": {"repo": "org/draft", "revision": "a" * 40, "revision_source": "content of the local folder",
+                       "revision_verified_by": a.VERIFIED_BY_CONTENT, "obtained": "local folder",
+                       "files": [{"path": "model.safetensors", "sha256": "1" * 64, "size": 1},
+                                 {"path": "config.json", "sha256": "2" * 64, "size": 1}]},
+        "source": {"repo": "org/source", "revision": "b" * 40},
+        "levels": [{"name": lv, "required": True, "status": "passed",
+                    "checks": [{"id": cid, "status": "passed"} for cid in checks[lv]]}
+                   for lv in ("structure", "format", "reproduction")],
+    }
+    report.update(changes)
+    return report
+
+
+def test_sign_and_verify_round_trip_and_tampering(tmp_path):
+    priv, pub = write_key(tmp_path, "k")
+    _, other_pub = write_key(tmp_path, "other")
+    key = a.load_signing_key(priv)
+    statement = a.build_statement(minimal_report(), "r" * 64)
+    envelope = a.sign_statement(statement, key)
+    assert envelope["payloadType"] == a.PAYLOAD_TYPE
+    assert envelope["signatures"][0]["keyid"] == key.fingerprint
+    assert a.verify_envelope(envelope, a.load_verify_key(pub)) == statement
+
+    with pytest.raises(AttestationError, match="signed by another key"):
+        a.verify_envelope(envelope, a.load_verify_key(other_pub))
+    tampered = copy.deepcopy(envelope)
+    payload = bytearray(base64.b64decode(tampered["payload"]))
+    payload[payload.index(b"PASSED")] = ord("X")
+    tampered["payload"] = base64.b64encode(bytes(payload)).decode()
+    with pytest.raises(AttestationError, match="altered after it was signed, or forged"):
+        a.verify_envelope(tampered, a.load_verify_key(pub))
+    wrong_type = dict(envelope, payloadType="application/json")
+    with pytest.raises(AttestationError, match="payload type"):
+        a.verify_envelope(wrong_type, a.load_verify_key(pub))
+    unsigned = dict(envelope, signatures=[])
+    with pytest.raises(AttestationError, match="no signature"):
+        a.verify_envelope(unsigned, a.load_verify_key(pub))
+
+
+def test_an_attestation_file_holds_exactly_one_envelope(tmp_path):
+    f = tmp_path / "a.intoto.jsonl"
+    for text, words in [("", "empty"), ("{not json", "not JSON"), ('{"a": 1}\n{"b": 2}\n', "holds 2 lines"),
+                        ('{"payload": "x"}', "not a DSSE envelope")]:
+        f.write_text(text)
+        with pytest.raises(AttestationError, match=words):
+            a.read_envelope(f)
+
+
+def test_write_attestation_needs_the_report(tmp_path):
+    priv, _ = write_key(tmp_path, "k")
+    with pytest.raises(HarnessError, match="cannot read the report to sign it"):
+        a.write_attestation(tmp_path, a.load_signing_key(priv))
+
+
+# ---------------------------------------------------------------- the policy on a verified statement (pure)
+
+def expected(**changes) -> Expected:
+    from qualify.checkpoint.files import FileEntry
+
+    base = {"required_levels": ("structure", "format", "reproduction"),
+            "checkpoint_files": (FileEntry("model.safetensors", "1" * 64, 1), FileEntry("config.json", "2" * 64, 1)),
+            "revision": None, "profile_sha256": "p" * 64}
+    base.update(changes)
+    return Expected(**base)
+
+
+def policy(report: dict, exp: Expected | None = None) -> list[str]:
+    att = a.read_statement(a.build_statement(report, "r" * 64))
+    return attestation_refusals(att, exp or expected(), version=__version__, defined=level_checks())
+
+
+def with_checks(report: dict, level: str, edit) -> dict:
+    report = copy.deepcopy(report)
+    lvl = next(lv for lv in report["levels"] if lv["name"] == level)
+    lvl["checks"] = edit(lvl["checks"])
+    return report
+
+
+def test_the_policy_passes_a_complete_qualified_statement():
+    assert policy(minimal_report()) == []
+    assert policy(minimal_report(), expected(revision="a" * 40)) == []
+
+
+def test_a_made_up_check_is_refused():
+    report = with_checks(minimal_report(), "format", lambda cs: [*cs, {"id": "format.looks_fine", "status": "passed"}])
+    assert policy(report) == [f"check format.looks_fine: not a check qualify {__version__} defines (made up)"]
+    report = with_checks(minimal_report(), "format", lambda cs: [*cs, {"id": "nolevel", "status": "passed"}])
+    assert policy(report) == [f"check nolevel: not a check qualify {__version__} defines (made up)"]
+
+
+def test_a_missing_check_is_refused():
+    report = with_checks(minimal_report(), "reproduction", lambda cs: cs[:1])
+    assert policy(report) == [f"required level reproduction: check(s) reproduction.unquantized_tensors missing "
+                              f"(qualify {__version__} defines 2 for it)"]
+
+
+def test_a_check_listed_twice_or_under_another_level_is_refused():
+    report = with_checks(minimal_report(), "format", lambda cs: [*cs, cs[0]])
+    assert policy(report) == ["check format.weights is listed more than once"]
+
+
+def test_a_failed_check_or_level_and_a_failed_result_are_refused():
+    report = with_checks(minimal_report(verdict="not qualified"), "format",
+                         lambda cs: [dict(c, status="skipped") if c["id"] == "format.scales" else c for c in cs])
+    assert policy(report) == ["the attested result is FAILED: the run's verdict was not qualified",
+                              "required level format did not pass: format.scales not passed"]
+    report = minimal_report(levels=minimal_report()["levels"][:2])
+    assert policy(report) == ["required level reproduction is missing from the attestation (no check of it ran)"]
+
+
+def test_an_interrupted_run_or_harness_errors_are_refused():
+    reasons = policy(minimal_report(interrupted="SIGTERM", errors=["boom"], verdict="not qualified"))
+    assert "the run was interrupted (SIGTERM) before it finished" in reasons
+    assert "the run recorded 1 harness error(s)" in reasons
+
+
+def test_another_profile_or_harness_version_is_refused():
+    reasons = policy(minimal_report(profile={"name": "fixture", "sha256": "e" * 64}))
+    assert reasons == [f"the run was made under profile fixture with sha256 {'e' * 64}, but the shipped profile of "
+                       f"that name has sha256 {'p' * 64}: its conditions are not the ones this release is qualified "
+                       "under"]
+    reasons = policy(minimal_report(harness={"name": "qualify", "version": "9.9.9"}))
+    assert reasons == [f"the attestation was made by qualify 9.9.9; this gate (qualify {__version__}) knows the "
+                       "checks of its own version only"]
+
+
+def test_an_unverified_or_other_revision_is_refused():
+    report = minimal_report()
+    report["checkpoint"] = dict(report["checkpoint"], revision_source="--draft-revision", revision_verified_by=None)
+    assert policy(report, expected(revision="a" * 40)) == [
+        f"revision {'a' * 40} was only claimed (--draft-revision): the run never compared it with the bytes, so it "
+        "cannot vouch for it"]
+    assert policy(minimal_report(), expected(revision="b" * 40)) == [
+        f"the attestation is about draft revision {'a' * 40}, not {'b' * 40}"]
+
+
+def test_subjects_are_compared_file_by_file():
+    from qualify.checkpoint.files import FileEntry
+
+    files = (FileEntry("model.safetensors", "9" * 64, 1), FileEntry("tokenizer.json", "3" * 64, 1),
+             FileEntry("README.md", "4" * 64, 1))
+    assert policy(minimal_report(), expected(checkpoint_files=files)) == [
+        "config.json: signed in the attestation but missing from the checkpoint directory",
+        f"model.safetensors: changed after signing (sha256 {'1' * 12}... signed, {'9' * 12}... in the directory)",
+        "tokenizer.json: in the checkpoint directory but not in the attestation (unqualified content)",
+    ]
+    report = minimal_report()
+    report["checkpoint"] = dict(report["checkpoint"], files=[])
+    assert policy(report) == [
+        "the attestation names no checkpoint file, so it cannot vouch for any directory",
+    ]
+
+
+def test_a_name_with_control_characters_is_escaped():
+    from qualify.checkpoint.files import FileEntry
+
+    files = (*expected().checkpoint_files, FileEntry("evil\x1b[2J.safetensors", "5" * 64, 1))
+    (reason,) = policy(minimal_report(), expected(checkpoint_files=files))
+    assert "\x1b" not in escape_terminal(reason) and "\\x1b[2J" in escape_terminal(reason)
+
+
+def test_an_unpinned_runtime_is_refused_unless_allowed():
+    report = minimal_report(environment={"runtime": {"reproducible": False, "image": {"id": "sha256:" + "d" * 64}}})
+    assert policy(report) == ["the runtime was launched unpinned, so the run is not reproducible; pin the image "
+                              "digest and revisions, or pass --allow-unpinned to accept that"]
+    assert policy(report, expected(allow_unpinned=True)) == []
+
+
+def test_the_statement_records_the_conditions():
+    report = minimal_report(environment={"runtime": {"reproducible": True, "image": {"id": "sha256:" + "d" * 64,
+                                                                                     "ref": "img@sha256:x"}}})
+    report["levels"].append({"name": "acceptance", "checks": [{"id": "acceptance.draft_acceptance", "status": "failed",
+                                                               "evidence": {"measured": {"prompts": {
+                                                                   "name": "mt", "sha256": "6" * 64}}}}]})
+    report["profile"]["conditions"] = {"target": {"repo": "org/target", "revision": "7" * 40}}
+    st = a.build_statement(report, "r" * 64, {"file": "model.sig", "sha256": "8" * 64, "root_digest": "9" * 64})
+    config = {d["name"]: d for d in st["predicate"]["configuration"]}
+    assert config["runtime-image"]["digest"] == {"sha256": "d" * 64}
+    assert config["prompts/mt"]["digest"] == {"sha256": "6" * 64}
+    assert config["target"]["digest"] == {"gitCommit": "7" * 40}
+    assert config["model-signature"]["annotations"]["rootDigest"] == {"sha256": "9" * 64}
+    assert st["predicate"]["failedTests"] == ["acceptance.draft_acceptance"]
+    assert all("uri" in d or "digest" in d for d in st["predicate"]["configuration"])
+
+
+# ---------------------------------------------------------------- the check list (fast)
+
+def test_the_check_list_is_what_the_suites_collect():
+    """The list the gate reads from the suites' source is exactly what pytest collects from them."""
+    import pytest as pt
+
+    from qualify.run.suite_plugin import check_id, level_of
+
+    collected: list[str] = []
+
+    class Collector:
+        def pytest_collection_finish(self, session):
+            collected.extend(check_id(it, level_of(it)) for it in session.items if level_of(it))
+
+    code = pt.main([str(REPO / "suites"), "--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                    f"--confcutdir={REPO}"], plugins=[Collector()])
+    assert code == 0
+    defined = level_checks()
+    assert sorted(collected) == sorted(cid for ids in defined.values() for cid in ids)
+    assert set(defined) == set(LEVELS) and all(defined[lv] for lv in LEVELS)
+
+
+def test_a_suite_module_is_read_without_importing_it():
+    source = ("import pytest\npytestmark = pytest.mark.format\n"
+              "def test_a(): pass\nasync def test_b(): pass\ndef helper(): pass\n")
+    assert suite_checks(source) == ("format", ("format.a", "format.b"))
+    assert suite_checks("def test_a(): pass\n") == (None, ())
+    with pytest.raises(HarnessError, match="carries a level mark of its own"):
+        suite_checks("import pytest\npytestmark = pytest.mark.format\n@pytest.mark.load\ndef test_a(): pass\n")
+    with pytest.raises(HarnessError, match="does not parse"):
+        suite_checks("def test_a(:\n")
+
+
+# ---------------------------------------------------------------- the card cites it
+
+@pytest.mark.slow
+def test_the_card_cites_the_verified_attestation(signed_run, keys, tmp_path, capsys):
+    report = signed_run / "report.json"
+    capsys.readouterr()
+    assert main(["card", str(report), "--verify-key", str(keys["release"][1])]) == 0
+    out = capsys.readouterr().out
+    sha = hashlib.sha256((signed_run / a.ATTESTATION_NAME).read_bytes()).hexdigest()
+    fingerprint = a.key_fingerprint(a.load_verify_key(keys["release"][1]))
+    assert f"Signed attestation: `{a.ATTESTATION_NAME}` (sha256 `{sha}`)" in out
+    assert f"signed with the EC P-256 key `{fingerprint}`" in out
+    # Without a key it cites nothing; with the wrong key, or for an altered report, it refuses to cite.
+    assert main(["card", str(report)]) == 0
+    assert "Signed attestation" not in capsys.readouterr().out
+    assert main(["card", str(report), "--verify-key", str(keys["attacker"][1])]) == 2
+    assert "the card cannot cite it: signed by another key" in capsys.readouterr().err
+    altered = tmp_path / "run"
+    shutil.copytree(signed_run, altered)
+    (altered / "report.json").write_text((signed_run / "report.json").read_text() + " ")
+    assert main(["card", str(altered / "report.json"), "--verify-key", str(keys["release"][1])]) == 2
+    assert "did not sign" in capsys.readouterr().err
