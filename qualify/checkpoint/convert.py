@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from qualify import __version__
-from qualify.checkpoint.manifest import MANIFEST_NAME, build_manifest, list_checkpoint_files, write_manifest
+from qualify.checkpoint.manifest import (
+    MANIFEST_NAME,
+    SCALE_SUFFIX,
+    build_manifest,
+    list_checkpoint_files,
+    write_manifest,
+)
 from qualify.checkpoint.quant_config import HF_QUANT_CONFIG, MODEL_CONFIG, is_excluded, module_of
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checkpoint.safetensors_writer import PlannedTensor, write_safetensors
@@ -77,6 +83,7 @@ def convert(
     source_dir, output_dir = Path(source_dir), Path(output_dir)
     rec = mxfp8.parse_recipe(recipe)
     exclude = tuple(exclude)
+    _check_separate(source_dir, output_dir)
     if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
         raise UsageError(f"{output_dir}: exists and is not empty; refusing to overwrite it")
     output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +100,39 @@ def convert(
     return manifest
 
 
+def _check_separate(source_dir: Path, output_dir: Path) -> None:
+    """Refuse an output folder inside the source, the source itself, or one that holds the source.
+
+    Raises:
+        UsageError: naming both folders and why: the conversion would read its own output as
+            source files (and list it in the manifest's source checksums), or replace the source.
+    """
+    src, out = source_dir.resolve(), output_dir.resolve()
+    if out == src or out.is_relative_to(src):
+        raise UsageError(f"output {output_dir} is inside the source {source_dir}: the conversion would write into the "
+                         "folder it reads, and the source's file list and checksums would then include the output; "
+                         "choose an output folder outside the source")
+    if src.is_relative_to(out):
+        raise UsageError(f"output {output_dir} contains the source {source_dir}: replacing the output would delete "
+                         "the source; choose an output folder outside it")
+
+
+def _check_scale_names(source: Checkpoint, plans: list[Plan]) -> None:
+    """A source tensor that already has the name a quantized weight's scale will get cannot be converted.
+
+    Raises:
+        QuantizationError: naming the tensor and its file.
+    """
+    names = set(source.names())
+    for plan in plans:
+        scale = plan.name + SCALE_SUFFIX
+        if plan.action == "quantized" and scale in names:
+            raise QuantizationError(
+                f"the source already has a tensor of this name, which the conversion gives the scales of "
+                f"'{plan.name}': is the source already quantized? Convert an unquantized source, or remove the "
+                "stray tensor", tensor=scale, file=source.file_of(scale))
+
+
 def _convert_into(
     source_dir: Path,
     out: Path,
@@ -104,6 +144,7 @@ def _convert_into(
 ) -> dict[str, Any]:
     with Checkpoint.open(source_dir) as source:
         plans = plan_tensors(source, exclude=exclude)
+        _check_scale_names(source, plans)
         entries: list[dict[str, Any]] = []
         stats: list[statistics.WeightStatistics] = []
         planned: list[PlannedTensor] = []
@@ -140,11 +181,11 @@ def _convert_into(
                 scale_shape = (n, k // mxfp8.BLOCK_SIZE)
                 entry["outputs"] = [
                     {"name": plan.name, "role": "weight", "dtype": "F8_E4M3", "shape": [n, k]},
-                    {"name": plan.name + "_scale", "role": "scale", "dtype": "U8", "shape": list(scale_shape)},
+                    {"name": plan.name + SCALE_SUFFIX, "role": "scale", "dtype": "U8", "shape": list(scale_shape)},
                 ]
                 planned.append(PlannedTensor(plan.name, "F8_E4M3", (n, k),
                                              lambda nm=plan.name: quantized(nm).data))
-                planned.append(PlannedTensor(plan.name + "_scale", "U8", scale_shape,
+                planned.append(PlannedTensor(plan.name + SCALE_SUFFIX, "U8", scale_shape,
                                              lambda nm=plan.name: pending.pop(nm).scale))
             else:
                 entry["outputs"] = [{"name": plan.name, "role": "tensor", "dtype": info.dtype,

@@ -74,10 +74,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from qualify.errors import HarnessError
     from qualify.profile import load_profile
     from qualify.report.markdown import summary_lines
     from qualify.report.model import parse_levels
-    from qualify.run.pipeline import CHECKPOINT_LEVELS, RunOptions, run_qualification
+    from qualify.run.pipeline import CHECKPOINT_LEVELS, RunOptions, deliver_junit, run_qualification
+    from qualify.util.escape import escape_terminal
 
     # The key is read before any level runs: a run that cannot be signed as asked is refused at once.
     sign_key = None
@@ -110,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {run_dir / 'report.json'}")
     print(f"        {run_dir / 'report.md'}")
     if args.junit_xml:
+        try:
+            deliver_junit(run_dir, args.junit_xml)
+        except HarnessError as exc:
+            # The verdict stands in the report; the XML CI asked for is missing, and CI must notice.
+            print(f"qualify: harness error: {escape_terminal(exc)}", file=sys.stderr)
+            return EXIT_ERROR
         print(f"junit:  {args.junit_xml}")
     if sign_key is not None:
         from qualify.release.attestation import ATTESTATION_NAME, MODEL_SIGNATURE_NAME

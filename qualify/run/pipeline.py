@@ -18,12 +18,14 @@ from typing import Any
 
 from qualify import errors
 from qualify.checkpoint.checksums import folder_revision
-from qualify.errors import UsageError
+from qualify.errors import HarnessError, UsageError
 from qualify.profile import Profile
 from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB, SigningKey
 from qualify.report.model import LEVELS, Run
 
 CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
+#: The JUnit XML pytest writes into the run folder, beside report.json.
+JUNIT_NAME = "junit.xml"
 SERVING_LEVELS = LEVELS[LEVELS.index("smoke"):]
 
 
@@ -130,7 +132,10 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
     out = [f"--runtime-log-dir={run_dir}"]
     for flag, value in (("--draft-revision", draft.revision), ("--image-digest", opts.image_digest),
                         ("--hf-cache", opts.hf_cache), ("--endpoint", opts.endpoint),
-                        ("--reference-endpoint", opts.reference_endpoint), ("--junitxml", opts.junit_xml)):
+                        ("--reference-endpoint", opts.reference_endpoint),
+                        # pytest writes JUnit into the run folder; deliver_junit copies it where it was asked for
+                        # once the report is written, so a path that cannot be written never costs the report.
+                        ("--junitxml", run_dir / JUNIT_NAME if opts.junit_xml else None)):
         if value:
             out.append(f"{flag}={value}")
     if opts.allow_unpinned:
@@ -210,4 +215,25 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     return run, run_dir, code
 
 
-__all__ = ["Resolved", "RunOptions", "resolve_checkpoint", "resolve_source", "run_qualification"]
+def deliver_junit(run_dir: Path, dest: Path) -> None:
+    """Copy the run folder's JUnit XML to ``dest`` atomically: the whole file there, or none at all.
+
+    Raises:
+        HarnessError: naming ``dest`` and why it cannot be written (a full disk, a folder that cannot
+            be created, a path that is a directory), or saying that pytest wrote no XML.
+    """
+    from qualify.util.atomic import atomic_write_bytes
+
+    src = Path(run_dir) / JUNIT_NAME
+    try:
+        data = src.read_bytes()
+    except OSError as exc:
+        raise HarnessError(f"{src}: the suites wrote no JUnit XML ({exc.strerror or exc})") from None
+    try:
+        atomic_write_bytes(Path(dest), data)
+    except HarnessError as exc:
+        raise HarnessError(f"--junit-xml {exc}; the report was written, and its JUnit XML is {src}") from None
+
+
+__all__ = ["JUNIT_NAME", "Resolved", "RunOptions", "deliver_junit", "resolve_checkpoint", "resolve_source",
+           "run_qualification"]

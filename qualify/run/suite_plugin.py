@@ -208,7 +208,9 @@ class QualifyPlugin:
             duration_s=max(0.0, time.perf_counter() - started),
         )
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # First of every plugin's: the report is written before pytest's own JUnit writer can fail.
         if exitstatus == pytest.ExitCode.INTERRUPTED and not self.run.interrupted:
             self.run.interrupted = "KeyboardInterrupt"
         for lvl in self.run.levels:
