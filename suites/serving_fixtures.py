@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from qualify import errors
-from qualify.profile import AcceptanceSpec, LosslessnessSpec, Profile, ThroughputSpec
+from qualify.profile import AcceptanceSpec, LosslessnessSpec, PairedSpec, Profile, SpeedupSpec, ThroughputSpec
 from qualify.run.suite_plugin import find_plugin
 from qualify.serving import client as serving
+from qualify.serving import paired_measure as pm
 from qualify.serving import specdecode as sd
+from qualify.serving.prompt_sets import chat_template_identity
 from suites.runtime_fixtures import serving_uses_runtime
 
 # What suites/conftest.py star-imports: the fixtures, nothing else.
@@ -28,11 +30,15 @@ __all__ = [
     "endpoint",
     "losslessness_spec",
     "openai_client",
+    "paired_result",
+    "paired_spec",
     "prompt_set",
     "reference_endpoint",
     "served_model",
     "server_info",
     "server_log",
+    "source_endpoint",
+    "speedup_spec",
     "throughput_spec",
 ]
 
@@ -176,15 +182,16 @@ def losslessness_spec(profile: Profile) -> LosslessnessSpec:
 
 
 @pytest.fixture(scope="session")
-def reference_endpoint(request: pytest.FixtureRequest, losslessness_spec: LosslessnessSpec) -> str:
+def reference_endpoint(request: pytest.FixtureRequest, profile: Profile) -> str:
+    """The target without a speculator: ``--reference-endpoint``; else the local one; else the profile's."""
     url = request.config.getoption("--reference-endpoint")
     local = _local_serving(request.config)
     if not url and local is not None:
         url = local.reference_endpoint()
-    url = url or losslessness_spec.reference_endpoint
+    url = url or (profile.losslessness.reference_endpoint if profile.losslessness is not None else None)
     if not url:
         pytest.skip("no reference endpoint (--reference-endpoint or $.losslessness.reference_endpoint): "
-                    "nothing to compare the speculative outputs with")
+                    "nothing to compare the speculative server with")
     serving.server_root(url)
     return str(url)
 
@@ -194,3 +201,49 @@ def throughput_spec(profile: Profile) -> ThroughputSpec:
     if profile.throughput is None:
         pytest.skip(f"profile {profile.name} states no [throughput] table: throughput was not measured")
     return profile.throughput
+
+
+@pytest.fixture(scope="session")
+def paired_spec(profile: Profile) -> PairedSpec:
+    if profile.paired is None:
+        pytest.skip(f"profile {profile.name} states no [paired] table: the checkpoint was not compared with its "
+                    "source draft")
+    return profile.paired
+
+
+@pytest.fixture(scope="session")
+def source_endpoint(request: pytest.FixtureRequest, paired_spec: PairedSpec) -> str:
+    """``--source-endpoint``; else the source draft's local server; else ``$.paired.source_endpoint``."""
+    url = request.config.getoption("--source-endpoint")
+    local = _local_serving(request.config)
+    if not url and local is not None:
+        url = local.source_endpoint()
+    url = url or paired_spec.source_endpoint
+    if not url:
+        pytest.skip("no server of the source draft (--source-endpoint, [local_server] source_draft or "
+                    "$.paired.source_endpoint): the checkpoint cannot be compared with the draft it was made from")
+    serving.server_root(url)
+    return str(url)
+
+
+@pytest.fixture(scope="session")
+def paired_result(
+    request: pytest.FixtureRequest, openai_client: Any, endpoint: str, source_endpoint: str, served_model: str,
+    paired_spec: PairedSpec, profile: Profile, server_info: dict[str, Any],
+) -> tuple[Any, list[Any]]:
+    """Both drafts measured at every concurrency of the profile, paired, and decided (taken once per session)."""
+    k = (profile.data.get("dflash") or {}).get("proposal_length") or profile.launch_env()["NUM_SPECULATIVE_TOKENS"]
+    req = pm.Request(model=served_model, max_tokens=paired_spec.max_tokens, temperature=paired_spec.temperature,
+                     timeout_s=paired_spec.request_timeout_s, proposal_length=int(k), full_block=paired_spec.full_block)
+    local = _local_serving(request.config)
+    target = local.target if local is not None else None
+    extra = {"chat_template": chat_template_identity(target), "server": server_info}
+    return pm.paired_level((openai_client, endpoint), (serving.make_client(source_endpoint), source_endpoint),
+                           paired_spec, req, extra_measured=extra)
+
+
+@pytest.fixture(scope="session")
+def speedup_spec(profile: Profile) -> SpeedupSpec:
+    if profile.speedup is None:
+        pytest.skip(f"profile {profile.name} states no [speedup] table: the speedup was not measured")
+    return profile.speedup

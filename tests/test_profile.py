@@ -509,3 +509,55 @@ def test_revision_must_be_lowercase(tmp_path: Path, seed_profile_text: str) -> N
 def test_unpinned_digest_must_be_empty_or_a_digest(tmp_path: Path, seed_profile_text: str) -> None:
     path = write_variant(tmp_path, seed_profile_text, 'image_digest = ""', 'image_digest = "latest"')
     assert "$.runtime.image_digest: 'latest' does not match" in profile_error(path)
+
+
+PAIRED = """
+[paired]
+prompt_sets = [{ path = "sets/question.jsonl", format = "mt-bench" },
+               { path = "p.json", format = "qualify", limit = 5 }]
+max_tokens = 64
+temperature = 0.0
+margin = 0.02
+"""
+
+
+def test_paired_table(tmp_path: Path, fixture_text: str) -> None:
+    path = write_variant(tmp_path, fixture_text, "[losslessness]", PAIRED + "\n[losslessness]")
+    spec = load_profile(path).paired
+    assert spec is not None
+    assert spec.prompt_sets[0].path == (tmp_path / "sets" / "question.jsonl").resolve()
+    assert [(s.format, s.limit) for s in spec.prompt_sets] == [("mt-bench", None), ("qualify", 5)]
+    # Unstated: batch 1 and the runtime's MAX_NUM_SEQS; the interval's defaults; no full-block rule.
+    assert spec.concurrency == (1, 4)
+    assert (spec.confidence, spec.bootstrap_resamples, spec.bootstrap_seed, spec.full_block) == (0.95, 2000, 0, False)
+    assert spec.margin == 0.02 and spec.source_endpoint is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("margin = 0.02", "margin = 0.02\nconcurrency = [1, 8]",
+         "$.paired.concurrency: [8] exceed $.runtime.env.MAX_NUM_SEQS (4)"),
+        ("margin = 0.02", "margin = 0", "$.paired.margin"),
+        ('format = "mt-bench"', 'format = "alpaca"', "$.paired.prompt_sets[0].format"),
+        ("margin = 0.02", "margin = 0.02\nmarginn = 1", "marginn"),
+    ],
+)
+def test_paired_table_errors(tmp_path: Path, fixture_text: str, old: str, new: str, words: str) -> None:
+    text = fixture_text.replace("[losslessness]", PAIRED.replace(old, new) + "\n[losslessness]")
+    path = tmp_path / "p.toml"
+    path.write_text(text, encoding="utf-8")
+    assert words in profile_error(path)
+
+
+def test_speedup_needs_paired_and_a_required_level_needs_its_table(tmp_path: Path, fixture_text: str) -> None:
+    alone = write_variant(tmp_path, fixture_text, "[losslessness]", "[speedup]\nmax_tokens = 32\n\n[losslessness]")
+    assert "$.speedup: needs a [paired] table" in profile_error(alone)
+    required = write_variant(tmp_path, fixture_text, 'required = ["structure"', 'required = ["paired", "structure"',
+                             "required.toml")
+    assert "paired" in profile_error(required)
+    both = fixture_text.replace("[losslessness]", PAIRED + "\n[speedup]\nmax_tokens = 32\n\n[losslessness]")
+    path = tmp_path / "both.toml"
+    path.write_text(both, encoding="utf-8")
+    speedup = load_profile(path).speedup
+    assert speedup is not None and (speedup.max_tokens, speedup.rounds, speedup.min_speedup) == (32, 1, None)

@@ -58,6 +58,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
     runtime.add_argument("--endpoint", help="OpenAI-compatible endpoint of a server already running (default: the "
                          "runtime this run launches)")
     runtime.add_argument("--reference-endpoint", help="the target served without a speculator (losslessness)")
+    runtime.add_argument("--source-endpoint",
+                         help="the target served with the source draft, same settings (the paired level)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -101,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         profile=profile, levels=parse_levels(args.levels, default), report_dir=args.report_dir,
         checkpoint=args.checkpoint, source=args.source, target=args.target, draft_revision=args.draft_revision,
         image_digest=args.image_digest, allow_unpinned=args.allow_unpinned, hf_cache=args.hf_cache,
-        endpoint=args.endpoint, reference_endpoint=args.reference_endpoint, junit_xml=args.junit_xml,
+        endpoint=args.endpoint, reference_endpoint=args.reference_endpoint, source_endpoint=args.source_endpoint,
+        junit_xml=args.junit_xml,
         command=["qualify", *sys.argv[1:]], fetch_source=args.default_levels == "run",
         sign_key=sign_key, sign_model=args.sign_model,
     )

@@ -16,8 +16,8 @@ from qualify.util.redact import redact
 
 # checkpoint_conditions and runtime_conditions live in qualify.report.card (the card and report.md
 # share them); they stay importable from here for callers that knew them here.
-__all__ = ["checkpoint_conditions", "condition_lines", "render_markdown", "runtime_conditions", "summary_lines",
-           "validation_status"]
+__all__ = ["chart_files", "checkpoint_conditions", "condition_lines", "paired_lines", "render_markdown",
+           "runtime_conditions", "speedup_callout", "summary_lines", "validation_status"]
 
 _MARK = {
     Status.PASSED: "passed",
@@ -78,6 +78,86 @@ def chart_file(check: Check) -> str | None:
     return None
 
 
+CHARTS_KEY = "charts_svg"
+
+
+def chart_files(check: Check) -> dict[str, str]:
+    """File name -> SVG text of every chart a check drew (its ``charts_svg``), written beside report.md."""
+    charts = check.evidence.measured.get(CHARTS_KEY) if check.evidence else None
+    if not isinstance(charts, dict):
+        return {}
+    return {f"{check.id}.{name}.svg": svg for name, svg in sorted(charts.items())
+            if isinstance(name, str) and name.replace("-", "").isalnum() and isinstance(svg, str)}
+
+
+def _pct(x: object) -> str:
+    return f"{x:+.2%}" if isinstance(x, (int, float)) and x == x else "n/a"
+
+
+def _num(x: object, fmt: str) -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) and x == x else "n/a"
+
+
+def paired_lines(check: Check) -> list[str]:
+    """The paired comparison as a reader wants it: both drafts, the difference with its interval, the margin."""
+    m = check.evidence.measured if check.evidence else {}
+    margin = (check.evidence.expected if check.evidence else {}).get("margin")
+    levels = m.get("concurrency")
+    if not isinstance(levels, dict) or not isinstance(margin, (int, float)):
+        return []
+    conf = (m.get("bootstrap") or {}).get("confidence", 0.95)
+    out = [f"Checkpoint against its source draft (paired by prompt; {round(conf * 100)}% intervals; passes only if "
+           f"the lower bound is above -{margin:.1%}):", "",
+           "| concurrency | figure | source draft | checkpoint | difference (relative) | interval | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for c, d in levels.items():
+        overall = d.get("overall") or {}
+        for figure, fmt in (("acceptance_rate", ".3f"), ("mean_acceptance_length", ".2f")):
+            src = ((overall.get("source") or {}).get(figure) or {}).get("estimate")
+            cand = ((overall.get("candidate") or {}).get(figure) or {}).get("estimate")
+            rel = ((overall.get("difference") or {}).get(figure) or {}).get("relative") or {}
+            ok = isinstance(rel.get("low"), (int, float)) and rel["low"] > -margin
+            out.append(f"| {escape_markdown(c)} | {figure.replace('_', ' ')} | {_num(src, fmt)} | {_num(cand, fmt)} | "
+                       f"{_pct(rel.get('estimate'))} | [{_pct(rel.get('low'))}, {_pct(rel.get('high'))}] | "
+                       f"{'within margin' if ok else '**not shown within margin**'} |")
+    out.append("")
+    for c, d in levels.items():
+        losers = d.get("biggest_losses") or []
+        if losers:
+            rows = ", ".join(f"{markdown_code(r.get('prompt'))} ({escape_markdown(r.get('category'))}, "
+                             f"{_num(r.get('source_acceptance_rate'), '.2f')} -> "
+                             f"{_num(r.get('candidate_acceptance_rate'), '.2f')})" for r in losers)
+            out.append(f"- Prompts that lost the most at concurrency {escape_markdown(c)}: {rows}")
+    sets = m.get("prompt_sets") or []
+    for ps in sets:
+        if isinstance(ps, dict):
+            used = f", {escape_markdown(ps['used'])}" if ps.get("used") else ""
+            out.append(f"- Prompt set {markdown_code(ps.get('name'))} ({escape_markdown(ps.get('format'))}, "
+                       f"{ps.get('prompts')} prompts{used}): sha256 {markdown_code(ps.get('sha256'))}")
+    template = m.get("chat_template")
+    if isinstance(template, dict):
+        out.append(f"- Chat template: sha256 {markdown_code(template.get('sha256'))}"
+                   + (f" ({escape_markdown(template['note'])})" if template.get("note") else ""))
+    return [*out, ""]
+
+
+def speedup_callout(run: Run) -> list[str]:
+    """"Acceptance without speedup": a draft that is accepted but makes decoding no faster, said out loud."""
+    accepted = [lvl.name for lvl in run.levels if lvl.name in ("acceptance", "paired") and lvl.status is Status.PASSED]
+    out = []
+    for lvl in run.levels:
+        for c in lvl.checks:
+            slow = c.evidence.measured.get("no_speedup_at") if c.evidence and lvl.name == "speedup" else None
+            if slow:
+                rows = (c.evidence.measured.get("concurrency") or {}) if c.evidence else {}
+                figures = ", ".join(f"{_num((rows.get(str(k)) or {}).get('speedup'), '.2f')}x at concurrency {k}"
+                                    for k in slow)
+                passed = f" although {join_words(accepted)} passed" if accepted else ""
+                out.append(f"**Acceptance without speedup**: the speculator made decoding no faster ({figures})"
+                           f"{passed}; accepted drafts cost more than they save on this runtime.")
+    return [*out, ""] if out else []
+
+
 def _level_section(level: LevelResult) -> list[str]:
     out = [f"### {level.title} (`{level.name}`): {_MARK[level.status]}", ""]
     if not level.checks:
@@ -96,6 +176,10 @@ def _level_section(level: LevelResult) -> list[str]:
             out.extend(_finding_lines(c))
             out.append("")
     for c in level.checks:
+        if level.name == "paired":
+            out += paired_lines(c)
+        for file in chart_files(c):
+            out += [f"![{escape_markdown(file)}]({file})", ""]
         name = chart_file(c)
         if name:
             out += [f"Per-position draft acceptance (`{c.id}`, bars with their confidence intervals):", "",
@@ -143,6 +227,7 @@ def render_markdown(run: Run) -> str:
         out.append(f"| {escape_markdown(lvl.title)} | {'yes' if lvl.required else 'no (measured)'} | "
                    f"{_MARK[lvl.status]} | {summary} |")
     out.append("")
+    out += speedup_callout(run)
     for lvl in run.levels:
         out.extend(_level_section(lvl))
     out += _local_server_lines(run.environment.get("local_server"))

@@ -46,6 +46,7 @@ class RunOptions:
     hf_cache: Path | None = None  # a hub cache: downloads land there, and the runtime mounts it
     endpoint: str | None = None
     reference_endpoint: str | None = None
+    source_endpoint: str | None = None
     junit_xml: Path | None = None
     command: Sequence[str] = ()
     extra_suite_args: Sequence[str] = ()
@@ -132,7 +133,7 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
     out = [f"--runtime-log-dir={run_dir}"]
     for flag, value in (("--draft-revision", draft.revision), ("--image-digest", opts.image_digest),
                         ("--hf-cache", opts.hf_cache), ("--endpoint", opts.endpoint),
-                        ("--reference-endpoint", opts.reference_endpoint),
+                        ("--reference-endpoint", opts.reference_endpoint), ("--source-endpoint", opts.source_endpoint),
                         # pytest writes JUnit into the run folder; deliver_junit copies it where it was asked for
                         # once the report is written, so a path that cannot be written never costs the report.
                         ("--junitxml", run_dir / JUNIT_NAME if opts.junit_xml else None)):
@@ -174,6 +175,7 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     # A malformed URL is the caller's mistake: refused before any input is fetched or level run.
     check_endpoint(opts.endpoint)
     check_endpoint(opts.reference_endpoint, "--reference-endpoint")
+    check_endpoint(opts.source_endpoint, "--source-endpoint")
     profile = opts.profile
     draft = resolve_checkpoint(opts)
     source = resolve_source(opts)

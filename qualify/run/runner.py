@@ -22,7 +22,7 @@ from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.manifest import MANIFEST_NAME, list_checkpoint_files
 from qualify.errors import HarnessError, QualifyError, RunFolderExists
 from qualify.profile import Profile
-from qualify.report.markdown import CHART_KEY, chart_file, render_markdown
+from qualify.report.markdown import CHART_KEY, chart_file, chart_files, render_markdown
 from qualify.report.model import LEVELS, Check, LevelResult, Run, write_json
 from qualify.util.atomic import atomic_write_text
 from qualify.util.identifiers import new_run_id
@@ -143,6 +143,8 @@ def finish_run(run: Run, report_dir: Path | None) -> None:
                 name = chart_file(check)
                 if name:
                     atomic_write_text(Path(report_dir) / name, check.evidence.measured[CHART_KEY])
+                for file, svg in chart_files(check).items():
+                    atomic_write_text(Path(report_dir) / file, svg)
         atomic_write_text(Path(report_dir) / "report.md", render_markdown(run))
 
 

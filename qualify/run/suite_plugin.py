@@ -48,6 +48,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--levels", default=None, help="comma-separated levels to run (default: the profile's)")
     group.addoption("--endpoint", default=None, help="OpenAI endpoint (default: the profile's runtime.endpoint)")
     group.addoption("--reference-endpoint", default=None, help="the target served without a speculator (losslessness)")
+    group.addoption("--source-endpoint", default=None,
+                    help="the target served with the source draft, same settings (the paired level)")
     # The runtime levels (load): how the pinned runtime container is launched.
     group.addoption("--draft-revision", default=None, help="the draft's immutable commit (DFLASH_MODEL_REVISION)")
     group.addoption("--allow-unpinned", action="store_true", default=False,

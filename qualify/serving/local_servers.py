@@ -25,6 +25,7 @@ from typing import Any
 from qualify.checkpoint.checksums import content_revision, folder_digests
 from qualify.errors import HarnessError
 from qualify.profile import LocalServerSpec, Profile
+from qualify.serving.specdecode import PER_REQUEST_FLAG
 from qualify.serving.vllm_server import VLLMServer, find_vllm_python, plan_for_profile, wait_all_ready
 from qualify.util.ports import free_port
 
@@ -55,7 +56,8 @@ class LocalServing:
 
     # ---- preparing: fast checks a user can act on, before minutes of start-up
     def _prepare(self) -> list[VLLMServer]:
-        for what, path in (("target", self.target), ("draft", self.spec.draft)):
+        sources = [("source draft", self.spec.source_draft)] if self._serves_source else []
+        for what, path in (("target", self.target), ("draft", self.spec.draft), *sources):
             if not (path / "config.json").is_file():
                 hint = f"run {self.spec.setup}" if self.spec.setup else "build it first"
                 raise HarnessError(f"[local_server] {what} {path} is not a model folder (no config.json)", hint=hint)
@@ -69,17 +71,24 @@ class LocalServing:
                 hint=f"rebuild it ({self.spec.setup})" if self.spec.setup else None,
             )
         self.identity = {"target": target_id, "draft": folder_identity(self.spec.draft)}
-        wanted = {"speculative": self.spec.draft}
+        wanted: dict[str, Path | None] = {"speculative": self.spec.draft}
         if self.spec.reference:
             wanted["reference"] = None
+        if self._serves_source and self.spec.source_draft is not None:
+            self.identity["source_draft"] = folder_identity(self.spec.source_draft)
+            wanted["source"] = self.spec.source_draft
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         servers = []
         for i, (name, draft) in enumerate(wanted.items()):
+            # The paired level reads each request's own acceptance from its response (see
+            # qualify.serving.paired_measure): both drafts' servers report it.
+            extra = PER_REQUEST_FLAG if draft is not None and self._serves_source else ()
             plan = plan_for_profile(self.profile, python=python, model=self.target, draft=draft, port=free_port(),
-                                    dtype=self.spec.dtype)
-            if len(wanted) > 1 and len(cores) >= len(wanted):
-                # One engine a core: by default vLLM binds every engine to the same one.
-                plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i])})
+                                    dtype=self.spec.dtype, extra_args=extra)
+            if len(wanted) > 1 and cores:
+                # Engines spread over the cores: by default vLLM binds every engine to the same one.
+                core = cores[i % len(cores)]
+                plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(core)})
             server = VLLMServer(plan, self.log_dir / f"vllm-{name}.log", ready_timeout_s=self.spec.ready_timeout_s)
             servers.append(server)
             self.servers[name] = server
@@ -131,6 +140,18 @@ class LocalServing:
         self._wait()
         return self.servers["speculative"].endpoint
 
+    @property
+    def _serves_source(self) -> bool:
+        # The source draft's server is started only for a profile that compares the two drafts.
+        return self.spec.source_draft is not None and self.profile.paired is not None
+
+    def source_endpoint(self) -> str | None:
+        """The source draft's server's endpoint, once ready; None when the profile serves no source draft."""
+        if not self._serves_source:
+            return None
+        self._wait()
+        return self.servers["source"].endpoint
+
     def reference_endpoint(self) -> str | None:
         if "reference" not in self.servers:
             return None
@@ -169,9 +190,10 @@ class LocalServing:
     def brief(self) -> dict[str, Any]:
         """The served target and draft in a few fields, for each serving check's evidence."""
         out: dict[str, Any] = {"kind": self.spec.kind}
-        for what in ("target", "draft"):
+        for what in ("target", "draft", "source_draft"):
             ident = self.identity.get(what) or {}
-            out[what] = {"path": ident.get("path"), "revision": ident.get("revision")}
+            if what != "source_draft" or ident:
+                out[what] = {"path": ident.get("path"), "revision": ident.get("revision")}
         return out
 
 

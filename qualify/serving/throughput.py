@@ -45,3 +45,51 @@ def throughput_evidence(
 
 def _s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f} s"
+
+
+def speedup_evidence(
+    speculative: Mapping[int, Mapping[str, Any]], plain: Mapping[int, Mapping[str, Any]], *,
+    min_speedup: float | None = None,
+) -> tuple[Evidence, bool]:
+    """(evidence, gated): the speculator's speedup at each concurrency, from runs with and without it.
+
+    ``speculative`` and ``plain`` map a concurrency to what
+    :func:`qualify.serving.client.measure_throughput` measured on the same prompts and settings,
+    with the draft as speculator and without one. The speedup is the ratio of output tokens
+    per second; the inter-token latencies are set side by side. A concurrency at which the
+    speculator did not make decoding faster is listed in ``measured["no_speedup_at"]``: the
+    report calls out an acceptance that buys no speed. Only a stated ``min_speedup`` gates.
+    """
+    ev = Evidence("the speedup could not be measured")
+    if min_speedup is not None:
+        ev.expected["min_speedup"] = min_speedup
+    rows: dict[str, Any] = {}
+    slow: list[int] = []
+    parts = []
+    for concurrency in sorted(set(speculative) | set(plain)):
+        spec, base = speculative.get(concurrency), plain.get(concurrency)
+        if spec is None or base is None:
+            ev.add(f"at concurrency {concurrency}: measured only {'with' if spec else 'without'} the speculator")
+            continue
+        for side, m in (("with the speculator", spec), ("without it", base)):
+            for failure in m.get("failed_requests", []):
+                ev.add(f"at concurrency {concurrency}, {side}: {failure}")
+            if not m.get("output_tokens"):
+                ev.add(f"at concurrency {concurrency}, {side}: no output tokens were measured")
+        fast, ref = float(spec.get("output_tokens_per_s", math.nan)), float(base.get("output_tokens_per_s", math.nan))
+        ratio = fast / ref if ref > 0 and math.isfinite(fast) else math.nan
+        itl_spec, itl_base = (spec.get("itl_s") or {}).get("mean"), (base.get("itl_s") or {}).get("mean")
+        rows[str(concurrency)] = {"speedup": ratio, "output_tokens_per_s": {"speculative": fast, "plain": ref},
+                                  "mean_itl_s": {"speculative": itl_spec, "plain": itl_base},
+                                  "speculative": dict(spec), "plain": dict(base)}
+        if not ratio > 1.0:
+            slow.append(concurrency)
+        if min_speedup is not None and not ratio >= min_speedup:
+            ev.add(f"at concurrency {concurrency}: speedup {ratio:.2f}x ({fast:.1f} / {ref:.1f} output tokens/s) is "
+                   f"below the required {min_speedup:.2f}x")
+        parts.append(f"concurrency {concurrency}: {ratio:.2f}x ({fast:.1f} vs {ref:.1f} tokens/s, mean ITL "
+                     f"{_s(itl_spec)} vs {_s(itl_base)})")
+    ev.measured.update(concurrency=rows, no_speedup_at=slow)
+    if parts:
+        ev.summary = "speedup with the speculator over the target alone: " + "; ".join(parts)
+    return ev, min_speedup is not None
