@@ -30,4 +30,4 @@ def pytest_configure(config: pytest.Config) -> None:
     run = new_run(profile, checkpoint, config.getoption("--source"), levels, command=["pytest", *config.args])
     report_root = config.getoption("--report-dir")
     run_dir = claim_run_dir(report_root, run) if report_root else None
-    config.pluginmanager.register(QualifyPlugin(run, on_finish=lambda r: finish_run(r, run_dir)))
+    config.pluginmanager.register(QualifyPlugin(run, on_finish=lambda r: finish_run(r, run_dir), profile=profile))

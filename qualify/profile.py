@@ -18,10 +18,13 @@ import hashlib
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +37,14 @@ PROFILE_FORMAT_VERSION = 1
 
 # The capture group a weight-size evidence pattern must have for expected_gb to be compared.
 _GB_GROUP = "gb"
+
+#: Seconds one serving request may take where the profile does not say ([smoke], [acceptance],
+#: [paired], [speedup], [throughput] ``request_timeout_s``).
+DEFAULT_REQUEST_TIMEOUT_S = 120.0
+#: Seconds a local vLLM server may take to answer where ``[local_server] ready_timeout_s`` does not say.
+DEFAULT_READY_TIMEOUT_S = 600.0
+#: Seconds the runtime container may take to serve where ``$.runtime.startup_timeout_s`` does not say.
+DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -143,8 +154,68 @@ class LocalServerSpec:
 
 
 @dataclass(frozen=True)
+class RepoPin:
+    """A hub repository and the immutable commit the profile pins it at (None when it pins none)."""
+
+    repo: str | None
+    revision: str | None
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """``[runtime]``: the serving image, how it is launched, and the environment the launcher reads."""
+
+    image: str
+    build: str | None  # the image is built from this repository ("standin"), never pulled
+    image_digest: str | None  # None when the profile's source states none
+    gpus: tuple[str, ...]  # docker --gpus device indices; empty for a CPU runtime
+    network: str | None
+    ipc: str | None
+    shm_size: str | None
+    endpoint: str
+    served_model_name: str
+    startup_timeout_s: float | None  # None: the harness default
+    env: Mapping[str, str]  # the published serving command's environment
+    qualification_overrides: Mapping[str, str]  # what the qualification launch changes in it
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """``[hardware]``: how many GPUs of which model the runtime needs (0 for a CPU runtime)."""
+
+    gpu_count: int
+    gpu_name: str | None
+
+
+@dataclass(frozen=True)
+class EvidenceSpec:
+    """One ``[[evidence]]`` item: a line the runtime's log must show, and the size it states if any."""
+
+    name: str
+    level: str
+    description: str
+    pattern: str  # a Python regex searched for in the log
+    expected_gb: float | None
+    tolerance_gb: float | None
+
+
+@dataclass(frozen=True)
+class SmokeSpec:
+    """``[smoke]``: the size of the speculative smoke requests."""
+
+    max_tokens: int
+    temperature: float
+    request_timeout_s: float
+
+
+@dataclass(frozen=True)
 class Profile:
-    """A loaded, validated profile. ``data`` is the TOML as parsed; treat it as read-only."""
+    """A loaded, validated profile, parsed once into typed specs.
+
+    Everything outside this module reads the specs (``runtime``, ``hardware``, ``acceptance``...);
+    ``data`` is the TOML as parsed, kept for the specs to be built from and for the report's
+    ``conditions``. Each spec is built on first use and kept.
+    """
 
     name: str
     path: Path
@@ -157,23 +228,83 @@ class Profile:
     statistics_atol: float
     allow_code: bool = False  # [manifest] allow_code: Python modules, auto_map and pickles may ship
 
-    @property
+    @cached_property
+    def checkpoint(self) -> RepoPin:
+        """``[checkpoint]``: the draft's repository and the commit it is pinned at, if any."""
+        c = self.data["checkpoint"]
+        return RepoPin(c["repo"], c["revision"] or None)
+
+    @cached_property
+    def source(self) -> RepoPin:
+        """``[source]``: the unquantized draft the checkpoint was converted from."""
+        s = self.data.get("source") or {}
+        return RepoPin(s.get("repo") or None, s.get("revision") or None)
+
+    @cached_property
+    def target(self) -> RepoPin | None:
+        """``[target]``: the model the draft speculates for, or None when the profile names none."""
+        x = self.data.get("target")
+        return RepoPin(x["repo"], x["revision"] or None) if x else None
+
+    @cached_property
+    def runtime(self) -> RuntimeSpec:
+        r = self.data["runtime"]
+        return RuntimeSpec(
+            image=r["image"],
+            build=r.get("build"),
+            image_digest=r["image_digest"] or None,
+            gpus=tuple(r["gpus"].split(",")) if r.get("gpus") else (),
+            network=r.get("network"),
+            ipc=r.get("ipc"),
+            shm_size=r.get("shm_size"),
+            endpoint=str(r["endpoint"]),
+            served_model_name=str(r.get("served_model_name") or r["env"]["SERVED_MODEL_NAME"]),
+            startup_timeout_s=float(r["startup_timeout_s"]) if "startup_timeout_s" in r else None,
+            env=MappingProxyType(dict(r["env"])),
+            qualification_overrides=MappingProxyType(dict(r.get("qualification_overrides", {}))),
+        )
+
+    @cached_property
+    def hardware(self) -> HardwareSpec:
+        h = self.data["hardware"]
+        return HardwareSpec(int(h["gpu_count"]), h.get("gpu_name"))
+
+    @cached_property
+    def evidence(self) -> tuple[EvidenceSpec, ...]:
+        """``[[evidence]]``: the log lines the load and smoke levels must find, in the profile's order."""
+        return tuple(
+            EvidenceSpec(e["name"], e["level"], e["description"], e["pattern"],
+                         float(e["expected_gb"]) if "expected_gb" in e else None,
+                         float(e["tolerance_gb"]) if "tolerance_gb" in e else None)
+            for e in self.data.get("evidence", [])
+        )
+
+    @cached_property
+    def smoke(self) -> SmokeSpec | None:
+        """``[smoke]``, or None when the profile states no smoke requests."""
+        x = self.data.get("smoke")
+        if x is None:
+            return None
+        return SmokeSpec(int(x["max_tokens"]), float(x["temperature"]),
+                         float(x.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)))
+
+    @cached_property
     def measured_levels(self) -> tuple[str, ...]:
         """Levels a full run performs and records without counting them towards the verdict."""
         return tuple(self.data["levels"].get("measured", ()))
 
-    @property
+    @cached_property
     def run_levels(self) -> tuple[str, ...]:
         """What ``qualify run`` performs by default: the required levels and the measured ones, in run order."""
         wanted = set(self.required_levels) | set(self.measured_levels)
         return tuple(name for name in LEVELS if name in wanted)
 
-    @property
+    @cached_property
     def image_build(self) -> str | None:
         """``$.runtime.build``: the image is built from this repository (and pinned to the ID built), or None."""
-        return self.data["runtime"].get("build")
+        return self.runtime.build
 
-    @property
+    @cached_property
     def local_server(self) -> LocalServerSpec | None:
         x = self.data.get("local_server")
         if x is None:
@@ -185,31 +316,30 @@ class Profile:
             source_draft=(self.path.parent / x["source_draft"]).resolve() if "source_draft" in x else None,
             reference=bool(x.get("reference", False)),
             dtype=x.get("dtype", "float32"),
-            ready_timeout_s=float(x.get("ready_timeout_s", 600.0)),
+            ready_timeout_s=float(x.get("ready_timeout_s", DEFAULT_READY_TIMEOUT_S)),
             setup=x.get("setup"),
         )
 
-    @property
+    @cached_property
     def source_repo(self) -> str | None:
-        return (self.data.get("source") or {}).get("repo") or None
+        return self.source.repo
 
-    @property
+    @cached_property
     def source_revision(self) -> str | None:
         """The immutable source commit the profile qualifies against; None when it pins none."""
-        return (self.data.get("source") or {}).get("revision") or None
+        return self.source.revision
 
-    @property
+    @cached_property
     def endpoint(self) -> str:
         """The OpenAI-compatible endpoint the serving levels talk to (``$.runtime.endpoint``)."""
-        return str(self.data["runtime"]["endpoint"])
+        return self.runtime.endpoint
 
-    @property
+    @cached_property
     def served_model_name(self) -> str:
         """The model name requests and counters are filtered by."""
-        runtime = self.data["runtime"]
-        return str(runtime.get("served_model_name") or runtime["env"]["SERVED_MODEL_NAME"])
+        return self.runtime.served_model_name
 
-    @property
+    @cached_property
     def acceptance(self) -> AcceptanceSpec | None:
         """``[acceptance]``, or None when the profile states no acceptance gate."""
         a = self.data.get("acceptance")
@@ -228,10 +358,10 @@ class Profile:
             confidence=float(a.get("confidence", 0.95)),
             bootstrap_resamples=int(a.get("bootstrap_resamples", 2000)),
             bootstrap_seed=int(a.get("bootstrap_seed", 0)),
-            request_timeout_s=float(a.get("request_timeout_s", 120.0)),
+            request_timeout_s=float(a.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
         )
 
-    @property
+    @cached_property
     def paired(self) -> PairedSpec | None:
         """``[paired]``, or None when the profile states no paired comparison."""
         x = self.data.get("paired")
@@ -252,11 +382,11 @@ class Profile:
             bootstrap_resamples=int(x.get("bootstrap_resamples", 2000)),
             bootstrap_seed=int(x.get("bootstrap_seed", 0)),
             full_block=bool(x.get("full_block", False)),
-            request_timeout_s=float(x.get("request_timeout_s", 120.0)),
+            request_timeout_s=float(x.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
             source_endpoint=x.get("source_endpoint"),
         )
 
-    @property
+    @cached_property
     def speedup(self) -> SpeedupSpec | None:
         """``[speedup]``, or None when the profile does not ask for the speedup to be measured."""
         x = self.data.get("speedup")
@@ -267,17 +397,17 @@ class Profile:
             rounds=int(x.get("rounds", 1)),
             prompts=int(x["prompts"]) if "prompts" in x else None,
             min_speedup=float(x["min_speedup"]) if "min_speedup" in x else None,
-            request_timeout_s=float(x.get("request_timeout_s", 120.0)),
+            request_timeout_s=float(x.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
         )
 
-    @property
+    @cached_property
     def losslessness(self) -> LosslessnessSpec | None:
         x = self.data.get("losslessness")
         if x is None:
             return None
         return LosslessnessSpec(int(x["max_tokens"]), float(x["min_identical_fraction"]), x.get("reference_endpoint"))
 
-    @property
+    @cached_property
     def throughput(self) -> ThroughputSpec | None:
         x = self.data.get("throughput")
         if x is None:
@@ -294,7 +424,7 @@ class Profile:
             min_output_tokens_per_s=opt("min_output_tokens_per_s"),
             max_mean_ttft_s=opt("max_mean_ttft_s"),
             max_mean_itl_s=opt("max_mean_itl_s"),
-            request_timeout_s=float(x.get("request_timeout_s", 120.0)),
+            request_timeout_s=float(x.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
         )
 
     def conditions(self) -> dict[str, Any]:
@@ -345,10 +475,9 @@ class Profile:
         the main branch, and a qualification must not test whatever main is today.
         Without it, a revision pinned in ``[checkpoint]`` is used when there is one.
         """
-        runtime = self.data["runtime"]
-        env = dict(runtime["env"])
-        env.update(runtime.get("qualification_overrides", {}))
-        pinned = self.data["checkpoint"]["revision"]
+        env = dict(self.runtime.env)
+        env.update(self.runtime.qualification_overrides)
+        pinned = self.checkpoint.revision
         if draft_revision is not None:
             if not is_commit(draft_revision):
                 raise UsageError(

@@ -17,12 +17,16 @@ from qualify.checkpoint.manifest import Manifest, load_manifest, read_manifest_j
 from qualify.checkpoint.quant_config import QuantConfig, read_model_config, read_quant_config
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.profile import Profile, load_profile
+from qualify.run.suite_plugin import find_plugin
 from suites.runtime_fixtures import runtime, runtime_teardown, started_runtime  # noqa: F401  (fixtures)
 from suites.serving_fixtures import *  # noqa: F403  (the serving levels' fixtures)
 
 
 @pytest.fixture(scope="session")
 def profile(request: pytest.FixtureRequest) -> Profile:
+    plugin = find_plugin(request.config)
+    if plugin is not None and plugin.profile is not None:
+        return plugin.profile  # the run's own, parsed once (and hashed into the report)
     return load_profile(request.config.getoption("--profile") or "fixture")
 
 

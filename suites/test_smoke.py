@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qualify import errors
+from qualify.profile import DEFAULT_REQUEST_TIMEOUT_S
 from qualify.report.model import Evidence
 from qualify.runtime.log_evidence import wait_for_log_evidence
 from qualify.serving import client as serving
@@ -13,15 +14,14 @@ pytestmark = pytest.mark.smoke
 
 
 def _smoke(profile):
-    smoke = profile.data.get("smoke")
-    if smoke is None:
+    if profile.smoke is None:
         pytest.skip(f"profile {profile.name} states no [smoke] table: no request size to smoke-test with")
-    return int(smoke["max_tokens"]), float(smoke["temperature"])
+    return profile.smoke.max_tokens, profile.smoke.temperature
 
 
 def _timeout(profile):
-    """Seconds each smoke request may take: ``$.smoke.request_timeout_s``, else the library's default."""
-    return float((profile.data.get("smoke") or {}).get("request_timeout_s", serving.DEFAULT_TIMEOUT_S))
+    """Seconds each smoke request (and /v1/models) may take: ``$.smoke.request_timeout_s``, else the default."""
+    return profile.smoke.request_timeout_s if profile.smoke else DEFAULT_REQUEST_TIMEOUT_S
 
 
 def test_models_listed(openai_client, served_model, server_info, profile, record):

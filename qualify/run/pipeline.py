@@ -93,8 +93,8 @@ def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resol
 def resolve_checkpoint(opts: RunOptions) -> Resolved:
     """The draft: a local folder (its revision given, pinned, or its content's) or the hub at its commit."""
     profile = opts.profile
-    repo = profile.data["checkpoint"]["repo"]
-    pinned = profile.data["checkpoint"]["revision"] or None
+    repo = profile.checkpoint.repo
+    pinned = profile.checkpoint.revision
     if opts.draft_revision is not None:
         profile.launch_env(draft_revision=opts.draft_revision)  # a malformed or contradicting one: usage error
     revision, source = (opts.draft_revision, "--draft-revision") if opts.draft_revision else (pinned, "profile")
@@ -142,7 +142,7 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
     if opts.allow_unpinned:
         out.append("--allow-unpinned")
     if opts.image_digest is None and "load" in opts.levels and opts.profile.image_build \
-            and not opts.profile.data["runtime"]["image_digest"]:
+            and not opts.profile.runtime.image_digest:
         # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.
         out.append("--build-image")
     return out + list(opts.extra_suite_args)

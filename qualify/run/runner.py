@@ -211,7 +211,7 @@ def run_suites(
             before_finish(r)
         finish_run(r, report_dir)
 
-    plugin = QualifyPlugin(run, on_finish=finish, progress=print_check, local_serving=local_serving)
+    plugin = QualifyPlugin(run, on_finish=finish, progress=print_check, local_serving=local_serving, profile=profile)
     with sigterm_as_interrupt(run):
         try:
             return int(pytest.main(args, plugins=[plugin]))

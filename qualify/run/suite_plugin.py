@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from qualify.errors import CheckpointError, QualifyError, RuntimeNotStarted
+from qualify.profile import Profile
 from qualify.report.model import LEVELS, Check, Evidence, Run, Status
 
 
@@ -91,8 +92,12 @@ def check_title(item: pytest.Item) -> str:
 class QualifyPlugin:
     """Collects one :class:`Check` per suite test into ``run``; levels must already be laid out in ``run``."""
 
-    def __init__(self, run: Run, on_finish: Any = None, progress: Any = None, local_serving: Any = None) -> None:
+    def __init__(self, run: Run, on_finish: Any = None, progress: Any = None, local_serving: Any = None,
+                 profile: Profile | None = None) -> None:
         self.run = run
+        # The profile the run was started with, parsed once: the suites read this object rather
+        # than load the file again (which could have changed since the run hashed it).
+        self.profile = profile
         # The local servers of a profile's [local_server], started by the caller (qualify.serving.local_servers).
         self.local_serving = local_serving
         self.on_finish = on_finish

@@ -53,7 +53,7 @@ from qualify.errors import (
     UnpinnedLaunch,
     UsageError,
 )
-from qualify.profile import Profile
+from qualify.profile import DEFAULT_STARTUP_TIMEOUT_S, Profile
 from qualify.report.model import Evidence
 from qualify.util.identifiers import is_commit, is_image_digest, new_run_id
 from qualify.util.ports import in_use
@@ -68,7 +68,6 @@ LABEL_PROFILE = "qualify.profile"
 #: Where the runtime's huggingface_hub looks (HF_HOME's default for root); local drafts are mounted under it.
 HF_CACHE_TARGET = "/root/.cache/huggingface/hub"
 #: Readiness deadline when the profile states none: a 4-GPU load of a large target takes many minutes.
-DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 #: Environment variables passed through by name (``-e HF_TOKEN``): docker reads the value, nobody prints it.
 TOKEN_VARS = ("HF_TOKEN",)
 INSTALL_HINT = "run scripts/install-docker.sh (as root) to install and start a Docker engine"
@@ -204,8 +203,8 @@ def build_plan(
     ``image_digest`` pins the image at run time where the profile states no digest (the
     seed's card gives none; a release engineer knows the one they qualify).
     """
-    runtime = profile.data["runtime"]
-    pinned_digest = runtime["image_digest"] or None
+    runtime = profile.runtime
+    pinned_digest = runtime.image_digest
     if image_digest is not None:
         if not is_image_digest(image_digest):
             raise UsageError(f"image digest {image_digest!r} is not sha256:<64 lowercase hex>")
@@ -215,7 +214,7 @@ def build_plan(
         pinned_digest = image_digest
     run_id = run_id or new_run_id(profile.name)
     if serving:
-        env = dict(runtime["env"])
+        env = dict(runtime.env)
         if draft_revision is not None:
             env = {**env, "DFLASH_MODEL_REVISION": profile.launch_env(draft_revision=draft_revision)[
                 "DFLASH_MODEL_REVISION"]}
@@ -224,8 +223,7 @@ def build_plan(
     revision = env.get("DFLASH_MODEL_REVISION") or None
     if revision is not None and not is_commit(revision):
         raise UsageError(f"DFLASH_MODEL_REVISION {revision!r} is not an immutable commit (40 lowercase hex)")
-    target = profile.data.get("target") or {}
-    target_revision = target.get("revision") or None
+    target_revision = profile.target.revision if profile.target else None
 
     mounts: list[Mount] = []
     if checkpoint_dir is not None and hf_cache is not None:
@@ -246,7 +244,7 @@ def build_plan(
             raise UsageError("--pass-hf-token: HF_TOKEN is not set in this environment")
         passthrough = tuple(v for v in TOKEN_VARS if os.environ.get(v))
 
-    endpoint = runtime["endpoint"]
+    endpoint = runtime.endpoint
     parts = urlsplit(endpoint)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     labels = (
@@ -255,23 +253,23 @@ def build_plan(
         (LABEL_OWNER, owner_id()),
         (LABEL_PROFILE, profile.name),
     )
-    timeout = startup_timeout_s or runtime.get("startup_timeout_s") or DEFAULT_STARTUP_TIMEOUT_S
+    timeout = startup_timeout_s or runtime.startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S
     return LaunchPlan(
         profile=profile.name,
         run_id=run_id,
         name=f"qualify-{run_id}"[:128],
-        image=runtime["image"],
+        image=runtime.image,
         image_digest=pinned_digest,
         env=tuple(env.items()),
         passthrough_env=passthrough,
-        gpus=tuple(runtime["gpus"].split(",")) if runtime.get("gpus") else (),
-        network=runtime.get("network"),
-        ipc=runtime.get("ipc"),
-        shm_size=runtime.get("shm_size"),
+        gpus=runtime.gpus,
+        network=runtime.network,
+        ipc=runtime.ipc,
+        shm_size=runtime.shm_size,
         endpoint=endpoint,
         host=parts.hostname or "127.0.0.1",
         port=port,
-        served_model_name=runtime.get("served_model_name") or env["SERVED_MODEL_NAME"],
+        served_model_name=runtime.served_model_name,
         mounts=tuple(mounts),
         labels=labels,
         startup_timeout_s=float(timeout),

@@ -124,14 +124,12 @@ def query_gpus(nvidia_smi: str = "nvidia-smi", runner: Runner = _run) -> GpuInve
 
 def required_devices(profile: Profile) -> tuple[int, ...]:
     """The device indices the profile launches on (``runtime.gpus``), empty for a CPU profile."""
-    gpus = profile.data["runtime"].get("gpus")
-    return tuple(int(i) for i in gpus.split(",")) if gpus else ()
+    return tuple(int(i) for i in profile.runtime.gpus)
 
 
 def check_gpus(inventory: GpuInventory, profile: Profile) -> Evidence:
     """The devices the profile launches on exist and are the profile's GPU model."""
-    hardware = profile.data["hardware"]
-    want_count, want_name = hardware["gpu_count"], hardware.get("gpu_name")
+    want_count, want_name = profile.hardware.gpu_count, profile.hardware.gpu_name
     devices = required_devices(profile)
     if want_count == 0:
         ev = Evidence("the profile needs no GPU (CPU runtime); nothing to compare")

@@ -15,15 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from qualify.profile import Profile
+from qualify.profile import EvidenceSpec, Profile
 from qualify.report.model import Evidence
 from qualify.util.redact import redact
 
 _MAX_LINE = 300  # characters of a matched line kept as evidence
 
 
-def evidence_items(profile: Profile, level: str) -> list[dict[str, Any]]:
-    return [e for e in profile.data.get("evidence", []) if e["level"] == level]
+def evidence_items(profile: Profile, level: str) -> list[EvidenceSpec]:
+    return [e for e in profile.evidence if e.level == level]
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -46,26 +46,26 @@ def check_log_evidence(log_text: str, profile: Profile, level: str, *, log_name:
     if not log_text.strip():
         ev.add(f"the {log_name} is empty")
     for item in items:
-        name = item["name"]
-        ev.expected[name] = {"description": item["description"], "pattern": item["pattern"],
-                             **({"gb": item["expected_gb"], "tolerance_gb": item["tolerance_gb"]}
-                                if "expected_gb" in item else {})}
-        matches = list(re.finditer(item["pattern"], log_text, re.MULTILINE))
+        name = item.name
+        ev.expected[name] = {"description": item.description, "pattern": item.pattern,
+                             **({"gb": item.expected_gb, "tolerance_gb": item.tolerance_gb}
+                                if item.expected_gb is not None else {})}
+        matches = list(re.finditer(item.pattern, log_text, re.MULTILINE))
         if not matches:
             found[name] = None
-            ev.add(f"missing evidence {name!r}: no line of the {log_name} matches {item['pattern']!r} "
-                   f"({item['description']})", file=log_name)
+            ev.add(f"missing evidence {name!r}: no line of the {log_name} matches {item.pattern!r} "
+                   f"({item.description})", file=log_name)
             continue
         record: dict[str, Any] = {"line": _line_at(log_text, matches[0].start()), "matches": len(matches)}
         found[name] = record
-        if "expected_gb" in item:
+        if item.expected_gb is not None and item.tolerance_gb is not None:
             values = [float(m.group("gb")) for m in matches]
             record["gb"] = values
-            want, tol = float(item["expected_gb"]), float(item["tolerance_gb"])
+            want, tol = item.expected_gb, item.tolerance_gb
             off = [v for v in values if abs(v - want) > tol]
             if off:
                 ev.add(f"evidence {name!r}: the log shows {', '.join(f'{v:g}' for v in values)} GB, the profile "
-                       f"expects {want:g} +/- {tol:g} ({item['description']})", file=log_name)
+                       f"expects {want:g} +/- {tol:g} ({item.description})", file=log_name)
     return ev
 
 

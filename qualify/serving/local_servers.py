@@ -63,7 +63,7 @@ class LocalServing:
                 raise HarnessError(f"[local_server] {what} {path} is not a model folder (no config.json)", hint=hint)
         python = find_vllm_python()
         target_id = folder_identity(self.target)
-        pinned = (self.profile.data.get("target") or {}).get("revision") or None
+        pinned = self.profile.target.revision if self.profile.target else None
         if pinned and target_id["revision"] != pinned:
             raise HarnessError(
                 f"[local_server] target {self.target} has content revision {target_id['revision']}, not the profile's "
