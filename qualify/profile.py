@@ -289,6 +289,12 @@ class Profile:
                          float(x.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)))
 
     @cached_property
+    def proposal_length(self) -> int:
+        """Tokens the draft proposes per step: ``$.dflash.proposal_length``, else NUM_SPECULATIVE_TOKENS."""
+        dflash = self.data.get("dflash") or {}
+        return int(dflash.get("proposal_length") or self.launch_env()["NUM_SPECULATIVE_TOKENS"])
+
+    @cached_property
     def measured_levels(self) -> tuple[str, ...]:
         """Levels a full run performs and records without counting them towards the verdict."""
         return tuple(self.data["levels"].get("measured", ()))

@@ -232,9 +232,9 @@ def paired_result(
     paired_spec: PairedSpec, profile: Profile, server_info: dict[str, Any],
 ) -> tuple[Any, list[Any]]:
     """Both drafts measured at every concurrency of the profile, paired, and decided (taken once per session)."""
-    k = (profile.data.get("dflash") or {}).get("proposal_length") or profile.launch_env()["NUM_SPECULATIVE_TOKENS"]
     req = pm.Request(model=served_model, max_tokens=paired_spec.max_tokens, temperature=paired_spec.temperature,
-                     timeout_s=paired_spec.request_timeout_s, proposal_length=int(k), full_block=paired_spec.full_block)
+                     timeout_s=paired_spec.request_timeout_s, proposal_length=profile.proposal_length,
+                     full_block=paired_spec.full_block)
     local = _local_serving(request.config)
     target = local.target if local is not None else None
     extra = {"chat_template": chat_template_identity(target), "server": server_info}
