@@ -5,18 +5,13 @@ from __future__ import annotations
 import pytest
 
 from qualify.checkpoint import manifest as m
-from qualify.report.model import Evidence
 
 pytestmark = pytest.mark.structure
 
 
 def test_safetensors_container(checkpoint, record):
-    """Every safetensors file parses under the strict reader (header, offsets, dtypes, sizes)."""
-    ev = Evidence(f"{len(checkpoint.files)} safetensors file(s) with {len(checkpoint.names())} tensors parse strictly")
-    ev.measured.update(files=sorted(checkpoint.files), tensors=len(checkpoint.names()))
-    if not checkpoint.names():
-        ev.add("the checkpoint holds no tensors")
-    record(ev)
+    """Every safetensors file parses under the strict reader (header, offsets, dtypes, sizes, BOOL bytes)."""
+    record(m.check_container(checkpoint))
 
 
 def test_manifest_schema(checkpoint_dir, record):

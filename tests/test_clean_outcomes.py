@@ -128,3 +128,76 @@ def test_a_control_character_in_a_manifest_path_fails_structure_paths(tmp_path, 
                for f in paths.evidence.findings)
     assert not any(str(c.status) == "error" for c in checks.values()), {k: str(c.status) for k, c in checks.items()}
     assert "\x1b" not in out.out and "\x00" not in out.out
+
+
+# -- minor holes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("byte", [0x02, 0x80, 0xFF])
+def test_a_bool_tensor_with_a_byte_other_than_0_or_1_fails_naming_tensor_and_offset(tmp_path, byte):
+    from qualify.checkpoint import manifest as m
+    from qualify.checkpoint.safetensors_io import Checkpoint
+
+    root = tmp_path / "c"
+    root.mkdir()
+    save_file({"a.weight": torch.ones(4, dtype=torch.bfloat16), "mask": torch.tensor([True, False, True, True])},
+              str(root / "model.safetensors"))
+    with Checkpoint.open(root) as ckpt:
+        assert m.check_container(ckpt).ok
+        start = ckpt.files["model.safetensors"].data_offset + ckpt.info("mask").start
+    raw = bytearray((root / "model.safetensors").read_bytes())
+    raw[start + 3] = byte
+    (root / "model.safetensors").write_bytes(bytes(raw))
+    with Checkpoint.open(root) as ckpt:
+        ev = m.check_container(ckpt)
+    (finding,) = ev.findings
+    assert (finding.file, finding.tensor) == ("model.safetensors", "mask")
+    assert finding.message == (f"BOOL element 3 is byte 0x{byte:02x} (file offset {start + 3}); only 0 and 1 "
+                               "are valid")
+
+
+def test_a_report_with_a_repeated_level_is_refused_by_card_gate_and_reader(tmp_path, capsys):
+    proc = run_qualify("check", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"), "--levels",
+                       "structure,format", "--report-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (report,) = (tmp_path / "r").glob("*/report.json")
+    data = json.loads(report.read_text())
+    good = data["levels"][0]
+    bad = json.loads(json.dumps(good))
+    bad["checks"][0]["status"] = "failed"
+    bad["status"] = "failed"
+    for copy_first in (True, False):
+        doc = json.loads(json.dumps(data))
+        doc["levels"] = [bad, good, *doc["levels"][1:]] if copy_first else [*doc["levels"], good]
+        doc["verdict"] = "not qualified" if copy_first else doc["verdict"]
+        doc["qualified_levels"] = [n for n in doc["qualified_levels"] if not copy_first or n != good["name"]]
+        path = tmp_path / f"dup-{copy_first}.json"
+        path.write_text(json.dumps(doc))
+        with pytest.raises(UsageError, match="appear more than once"):
+            read_json(path)
+        capsys.readouterr()
+        assert cli.main(["card", str(path)]) == 2
+        assert "appear more than once" in capsys.readouterr().err
+        code = cli.main(["gate", str(path), "--require", "structure,format", "--allow-unsigned",
+                         "--checkpoint", str(FIXTURE / "mxfp8")])
+        out = capsys.readouterr()
+        assert code == 1 and "appear more than once" in out.out and "qualified:" not in out.out
+
+
+def test_the_gate_counts_only_the_files_the_report_lists(tmp_path, capsys):
+    release = tmp_path / "release"
+    shutil.copytree(FIXTURE / "mxfp8", release)
+    proc = run_qualify("check", str(release), "--source", str(FIXTURE / "source"), "--levels", "structure,format",
+                       "--report-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (report,) = (tmp_path / "r").glob("*/report.json")
+    listed = len(read_json(report).checkpoint["files"])
+    for extra in ("README.md", "LICENSE", "docs/card.png"):
+        (release / extra).parent.mkdir(parents=True, exist_ok=True)
+        (release / extra).write_text("added after qualification")
+    capsys.readouterr()
+    code = cli.main(["gate", str(report), "--require", "structure,format", "--allow-unsigned",
+                     "--checkpoint", str(release)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"; {listed} files in {release} match the report" in out

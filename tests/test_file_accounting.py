@@ -282,3 +282,28 @@ def test_the_profile_allows_code_only_when_it_says_so(tmp_path):
     path.write_text(text.replace("[manifest]\n", "[manifest]\nallow_code = \"yes\"\n"))
     with pytest.raises(Exception, match="allow_code"):
         load_profile(path)
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("statistics_rtol", "nan", "nan is not a finite number"),
+    ("statistics_atol", "inf", "inf is not a finite number"),
+    ("statistics_rtol", "-inf", "-inf is not a finite number"),
+    ("statistics_atol", "-1e-9", "less than the minimum"),
+])
+def test_profile_tolerances_are_finite_and_not_negative(tmp_path, key, value, says):
+    text = Path(load_profile("fixture").path).read_text()
+    path = tmp_path / "p.toml"
+    lines = [f"{key} = {value}" if line.startswith(f"{key} =") else line for line in text.splitlines()]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(Exception, match=f"manifest.{key}") as info:
+        load_profile(path)
+    assert says in str(info.value)
+
+
+def test_an_integer_written_as_a_float_is_refused(tmp_path):
+    text = Path(load_profile("fixture").path).read_text()
+    path = tmp_path / "p.toml"
+    path.write_text(text.replace("block_size = 32", "block_size = 32.0", 1))
+    assert "block_size = 32.0" in path.read_text()
+    with pytest.raises(Exception, match=r"block_size: 32.0 is written as a float; an integer is required"):
+        load_profile(path)

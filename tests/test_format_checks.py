@@ -197,6 +197,9 @@ def test_a_linear_layer_left_in_bf16(tmp_path):
     [
         (hf_quant(quant_algo="NVFP4"), "quant_algo is 'NVFP4'"),
         (hf_quant(group_size=16), "group_size is 16"),
+        (hf_quant(group_size=32.0), "group_size is 32.0 (float, not an integer), expected 32"),
+        (hf_quant(group_size="32"), "group_size is '32' (str, not an integer), expected 32"),
+        (hf_quant(group_size=True), "group_size is True (bool, not an integer), expected 32"),
         (hf_quant(kv_cache_quant_algo="FP8"), "kv_cache_quant_algo is 'FP8'"),
         (hf_quant(exclude=()), "quantized"),  # lm_head is unquantized but not declared excluded
         (hf_quant(exclude=("lm_head", "*q_proj")), "the config excludes it"),

@@ -20,7 +20,7 @@ from qualify import __version__
 from qualify.checkpoint import files
 from qualify.checkpoint.checksums import sha256_files, thread_map
 from qualify.checkpoint.files import FileEntry, list_checkpoint_files
-from qualify.checkpoint.safetensors_io import INDEX_NAME, Checkpoint
+from qualify.checkpoint.safetensors_io import INDEX_NAME, Checkpoint, invalid_bools
 from qualify.errors import CheckpointError, ManifestError
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
@@ -143,6 +143,23 @@ def _model(raw: dict[str, Any], path: Path) -> Manifest:
 
 
 # --------------------------------------------------------------------------- checks
+
+
+def check_container(checkpoint: Checkpoint) -> Evidence:
+    """The safetensors files parsed under the strict reader; what parsing cannot see is checked here.
+
+    A BOOL tensor's bytes must each be 0 or 1 (:func:`~qualify.checkpoint.safetensors_io.invalid_bools`).
+    """
+    names = checkpoint.names()
+    ev = Evidence(f"{len(checkpoint.files)} safetensors file(s) with {len(names)} tensors parse strictly")
+    ev.measured.update(files=sorted(checkpoint.files), tensors=len(names))
+    if not names:
+        ev.add("the checkpoint holds no tensors")
+    for rel, f in sorted(checkpoint.files.items()):
+        for tensor, index, byte, offset in invalid_bools(f):
+            ev.add(f"BOOL element {index} is byte 0x{byte:02x} (file offset {offset}); only 0 and 1 are valid",
+                   file=rel, tensor=tensor)
+    return ev
 
 
 def check_schema(root: Path) -> Evidence:

@@ -472,6 +472,24 @@ class SafetensorsFile:
         return f"SafetensorsFile({self.display!r}, {len(self.tensors)} tensors)"
 
 
+def invalid_bools(f: SafetensorsFile) -> Iterator[tuple[str, int, int, int]]:
+    """Every BOOL tensor of ``f`` holding a byte other than 0 or 1: (tensor, element, byte, file offset).
+
+    torch, numpy and the runtimes' kernels take a bool byte as 0 or 1; any other value is
+    undefined behaviour (a mask that is true and false at once). Only the first bad element
+    of each tensor is reported.
+    """
+    for name in f.tensors:
+        info = f._info(name)
+        if info.dtype != "BOOL" or info.nbytes == 0:
+            continue
+        data = torch.frombuffer(f.raw(name), dtype=torch.uint8)
+        bad = (data > 1).nonzero()
+        if bad.numel():
+            i = int(bad[0])
+            yield name, i, int(data[i]), f.data_offset + info.start + i
+
+
 def _read_header_bytes(fh: Any, size: int) -> bytes | bytearray:
     """The first 8+N bytes, reading N only once it has been checked against the file size."""
     head = _read_exact(fh, min(8, size))

@@ -338,8 +338,10 @@ def check_quant_config(
             ev.add(f"quant_method is {s.quant_method!r}; this layout is ModelOpt's ('modelopt')", file=s.file)
         if s.quant_algo != "MXFP8":
             ev.add(f"quant_algo is {s.quant_algo!r}, expected 'MXFP8'", file=s.file)
-        if s.declares_group_size and s.group_size != block_size:
-            ev.add(f"group_size is {s.group_size!r}, expected {block_size}", file=s.file)
+        if s.declares_group_size and (type(s.group_size) is not int or s.group_size != block_size):
+            # 32.0 == 32 in Python, but a loader that indexes or ranges with it fails: an integer is required.
+            kind = "" if type(s.group_size) is int else f" ({type(s.group_size).__name__}, not an integer)"
+            ev.add(f"group_size is {s.group_size!r}{kind}, expected {block_size}", file=s.file)
         if s.exclude_modules is None:
             ev.add("declares no exclusion list (exclude_modules / ignore); vLLM requires one", file=s.file)
         if s.file == "hf_quant_config.json" and not s.declares_kv_cache:

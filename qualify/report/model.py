@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -299,6 +300,7 @@ class Run:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Run:
         validate(data, "report")
+        _refuse_repeats(data)
         run = cls(
             run_id=data["run_id"],
             harness_version=data["harness"]["version"],
@@ -321,6 +323,21 @@ class Run:
                 f"({run.verdict!s}); the report was altered or is corrupt"
             )
         return run
+
+
+def _refuse_repeats(data: dict[str, Any]) -> None:
+    """A level or check that appears twice: which one counts is a reader's guess, so no reader guesses.
+
+    The verdict would read every copy, a card or gate keyed by name only one; refusing the
+    report keeps all of them reading it the same way.
+    """
+    levels = Counter(lv.get("name") for lv in data.get("levels", []))
+    checks = Counter(c.get("id") for lv in data.get("levels", []) for c in lv.get("checks", []))
+    repeated = [f"level {n!r} ({k} times)" for n, k in levels.items() if k > 1]
+    repeated += [f"check {n!r} ({k} times)" for n, k in checks.items() if k > 1]
+    if repeated:
+        raise UsageError(f"report {data.get('run_id')}: {', '.join(repeated)} appear more than once; a report holds "
+                         "each level and check once: it was altered or is corrupt")
 
 
 def write_json(run: Run, path: Path) -> None:
