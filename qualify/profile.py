@@ -144,12 +144,15 @@ class LocalServerSpec:
 
     kind: str
     target: Path
-    draft: Path
+    draft: Path | None  # None: the speculator is the checkpoint under test (serve_checkpoint)
     source_draft: Path | None  # the unquantized draft, served for the paired level
     reference: bool
     dtype: str
     ready_timeout_s: float
     setup: str | None
+    method: str = "draft_model"  # vLLM's speculative method: draft_model or dflash
+    serve_checkpoint: bool = False  # the speculator is the run's checkpoint, byte for byte
+    exercised: str | None = None  # what this runtime exercises of the profile's draft, for the report and card
 
 
 @dataclass(frozen=True)
@@ -317,12 +320,15 @@ class Profile:
         return LocalServerSpec(
             kind=x["kind"],
             target=(self.path.parent / x["target"]).resolve(),
-            draft=(self.path.parent / x["draft"]).resolve(),
+            draft=(self.path.parent / x["draft"]).resolve() if "draft" in x else None,
             source_draft=(self.path.parent / x["source_draft"]).resolve() if "source_draft" in x else None,
             reference=bool(x.get("reference", False)),
             dtype=x.get("dtype", "float32"),
             ready_timeout_s=float(x.get("ready_timeout_s", DEFAULT_READY_TIMEOUT_S)),
             setup=x.get("setup"),
+            method=x.get("method", "draft_model"),
+            serve_checkpoint=bool(x.get("serve_checkpoint", False)),
+            exercised=x.get("exercised"),
         )
 
     @cached_property

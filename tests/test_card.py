@@ -252,3 +252,24 @@ def test_cli_refuses_an_altered_report(tmp_path):
     assert proc.returncode == 2
     assert "contradicts its checks" in proc.stderr and TRACEBACK not in proc.stderr
     assert proc.stdout == ""
+
+
+def test_what_a_local_runtime_exercised_is_said_in_the_card_and_the_report():
+    from qualify.report.markdown import render_markdown
+
+    run = seed_run()
+    assert "Serving runtime:" not in validation_status_section(run)
+    run.environment["local_server"] = {
+        "note": "local servers", "method": "dflash", "draft_is_checkpoint": True,
+        "exercised": "DFlash proposer on CPU; DFlash 2 candidate head not exercised on this runtime",
+        "plugin": {"vllm_version": "0.32.0", "changes": ["float32 allowed"]},
+        "servers": {"speculative": {"ready_s": 3.0, "plan": {"endpoint": "http://x"}, "log": "l",
+                                    "plugin_active": True}},
+    }
+    card = validation_status_section(run)
+    assert _squash("Serving runtime: DFlash proposer on CPU; DFlash 2 candidate head not exercised on this "
+                   "runtime.") in _squash(card)
+    md = render_markdown(run)
+    assert "- Exercised: DFlash proposer on CPU; DFlash 2 candidate head not exercised on this runtime" in md
+    assert "the served draft is the checkpoint under test" in md
+    assert "- vLLM CPU plugin (vLLM 0" in md and "): float32 allowed" in md and "plugin active" in md

@@ -314,6 +314,44 @@ def test_plan_follows_the_profile(tmp_path: Path) -> None:
     assert isinstance(plan, ServerPlan)
 
 
+def test_plan_with_dflash_and_the_cpu_plugin(tmp_path: Path) -> None:
+    from qualify.runtime.vllm_cpu_plugin import PLUGIN_DIR
+
+    profile = load_profile("fixture")
+    plan = plan_for_profile(profile, python=Path("/p"), model=tmp_path / "t", draft=tmp_path / "d", port=1,
+                            method="dflash")
+    spec = json.loads(plan.argv()[plan.argv().index("--speculative-config") + 1])
+    assert spec["method"] == "dflash" and spec["model"] == str(tmp_path / "d")
+    # The plugin reaches the server's processes through PYTHONPATH (its entry point), and nothing else does.
+    assert plan.env["PYTHONPATH"] == str(PLUGIN_DIR)
+    assert (PLUGIN_DIR / "qualify_vllm_cpu-0.32.0.dist-info" / "entry_points.txt").read_text().count(
+        "qualify_vllm_cpu = qualify_vllm_cpu:register") == 1
+
+
+def test_local_serving_serves_the_checkpoint_under_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from qualify.serving.local_servers import LocalServing
+
+    profile = load_profile("fixture")
+    assert profile.local_server is not None
+    spec = dataclasses.replace(profile.local_server, serve_checkpoint=True, draft=None, method="dflash",
+                               exercised="DFlash proposer on CPU")
+    monkeypatch.setattr(type(profile), "local_server", property(lambda self: spec))
+    checkpoint = tmp_path / "ckpt"
+    local = LocalServing(profile, tmp_path / "logs", checkpoint=checkpoint)
+    assert local.draft == checkpoint.resolve()
+    summary = local.summary()
+    assert summary["draft_is_checkpoint"] is True and summary["method"] == "dflash"
+    assert "the checkpoint under test itself" in summary["note"]
+    assert summary["exercised"] == "DFlash proposer on CPU"
+    # Without a checkpoint folder there is nothing to serve: every serving check is told why.
+    none = LocalServing(profile, tmp_path / "logs")
+    with pytest.raises(HarnessError, match="serve_checkpoint is set but the run has no checkpoint"):
+        none.endpoint()
+    none.stop()
+
+
 def test_missing_vllm_venv_names_the_setup_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QUALIFY_VLLM_VENV", str(tmp_path / "nowhere"))
     with pytest.raises(HarnessError) as info:

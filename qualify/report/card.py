@@ -408,9 +408,9 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     paragraph = []
     if facts:
         paragraph.append(f"The runtime {join_words(facts)}.")
-    note = reproducibility_note(run)
-    if note:
-        paragraph.append(note)
+    for note in (reproducibility_note(run), exercised_note(run)):
+        if note:
+            paragraph.append(note)
     nq = not_qualified_sentence(run, after_smoke=after_smoke)
     if nq:
         paragraph.append(nq)
@@ -423,6 +423,15 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
         out += ["", attestation_sentence(attestation)]
     return "\n".join(out) + "\n"
 
+
+
+def exercised_note(run: Run) -> str | None:
+    """What the serving levels exercised of the draft, where a local runtime serves less than the profile's runtime."""
+    local = run.environment.get("local_server")
+    if not isinstance(local, dict) or not local.get("exercised"):
+        return None
+    text = escape_markdown(str(local["exercised"])).rstrip(".")
+    return f"Serving runtime: {text}."
 
 
 def reproducibility_note(run: Run) -> str | None:

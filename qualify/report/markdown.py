@@ -192,6 +192,15 @@ def _local_server_lines(local: object) -> list[str]:
     if not isinstance(local, dict):
         return []
     out = ["## Serving runtime", "", f"- {escape_markdown(local.get('note', ''))}"]
+    if local.get("exercised"):
+        out.append(f"- Exercised: {escape_markdown(str(local['exercised']))}")
+    if local.get("method"):
+        out.append(f"- Speculative method: {markdown_code(local.get('method'))}; the served draft "
+                   f"{'is' if local.get('draft_is_checkpoint') else 'is not'} the checkpoint under test")
+    plugin = local.get("plugin") if isinstance(local.get("plugin"), dict) else {}
+    for change in plugin.get("changes") or []:
+        out.append(f"- vLLM CPU plugin (vLLM {escape_markdown(str(plugin.get('vllm_version')))}): "
+                   f"{escape_markdown(str(change))}")
     for what in ("target", "draft"):
         ident = local.get(what) or {}
         out.append(f"- Served {what}: {markdown_code(ident.get('path'))} "
@@ -199,9 +208,10 @@ def _local_server_lines(local: object) -> list[str]:
     for name, server in (local.get("servers") or {}).items():
         ready = server.get("ready_s")
         endpoint = escape_markdown(redact(str(server.get("plan", {}).get("endpoint"))))
+        active = {True: ", plugin active", False: ", plugin not active"}.get(server.get("plugin_active"), "")
         out.append(f"- {markdown_code(name)} server: {endpoint}, ready after "
-                   f"{ready:.1f} s, log {markdown_code(server.get('log'))}" if isinstance(ready, (int, float)) else
-                   f"- {markdown_code(name)} server: not ready, log {markdown_code(server.get('log'))}")
+                   f"{ready:.1f} s{active}, log {markdown_code(server.get('log'))}" if isinstance(ready, (int, float))
+                   else f"- {markdown_code(name)} server: not ready, log {markdown_code(server.get('log'))}")
     return [*out, ""]
 
 

@@ -26,8 +26,18 @@ from qualify.checkpoint.checksums import content_revision, folder_digests
 from qualify.errors import HarnessError
 from qualify.profile import LocalServerSpec, Profile
 from qualify.serving.specdecode import PER_REQUEST_FLAG
+from qualify.runtime import vllm_cpu_plugin as plugin
 from qualify.serving.vllm_server import VLLMServer, find_vllm_python, plan_for_profile, wait_all_ready
 from qualify.util.ports import free_port
+
+
+def _log_has(path: Path, words: str) -> bool:
+    """Whether a server's log holds ``words`` (the plugin's line: it proves the plugin ran in that server)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return any(words in line for line in f)
+    except OSError:
+        return False
 
 
 def folder_identity(root: Path) -> dict[str, Any]:
@@ -39,13 +49,18 @@ def folder_identity(root: Path) -> dict[str, Any]:
 class LocalServing:
     """``start()`` in the background, ``endpoint()``/``reference_endpoint()`` when needed, ``stop()`` always."""
 
-    def __init__(self, profile: Profile, log_dir: Path, *, target: Path | None = None) -> None:
+    def __init__(self, profile: Profile, log_dir: Path, *, target: Path | None = None,
+                 checkpoint: Path | None = None) -> None:
         spec = profile.local_server
         if spec is None:
             raise HarnessError(f"profile {profile.name} has no [local_server] table")
         self.profile = profile
         self.spec: LocalServerSpec = spec
         self.target = Path(target).resolve() if target is not None else spec.target
+        # The speculator: the checkpoint under test itself where the profile says so (serve_checkpoint),
+        # else the profile's draft folder (a stand-in for the checkpoint, and the report says so).
+        self.checkpoint = Path(checkpoint).resolve() if checkpoint is not None else None
+        self.draft: Path | None = self.checkpoint if spec.serve_checkpoint else spec.draft
         self.log_dir = Path(log_dir)
         self.servers: dict[str, VLLMServer] = {}
         self.identity: dict[str, Any] = {}
@@ -56,8 +71,10 @@ class LocalServing:
 
     # ---- preparing: fast checks a user can act on, before minutes of start-up
     def _prepare(self) -> list[VLLMServer]:
+        if self.draft is None:
+            raise HarnessError("[local_server] serve_checkpoint is set but the run has no checkpoint folder to serve")
         sources = [("source draft", self.spec.source_draft)] if self._serves_source else []
-        for what, path in (("target", self.target), ("draft", self.spec.draft), *sources):
+        for what, path in (("target", self.target), ("draft", self.draft), *sources):
             if not (path / "config.json").is_file():
                 hint = f"run {self.spec.setup}" if self.spec.setup else "build it first"
                 raise HarnessError(f"[local_server] {what} {path} is not a model folder (no config.json)", hint=hint)
@@ -70,8 +87,8 @@ class LocalServing:
                 f"$.target.revision {pinned}: it is not the pinned target",
                 hint=f"rebuild it ({self.spec.setup})" if self.spec.setup else None,
             )
-        self.identity = {"target": target_id, "draft": folder_identity(self.spec.draft)}
-        wanted: dict[str, Path | None] = {"speculative": self.spec.draft}
+        self.identity = {"target": target_id, "draft": folder_identity(self.draft)}
+        wanted: dict[str, Path | None] = {"speculative": self.draft}
         if self.spec.reference:
             wanted["reference"] = None
         if self._serves_source and self.spec.source_draft is not None:
@@ -84,7 +101,8 @@ class LocalServing:
             # qualify.serving.paired_measure): both drafts' servers report it.
             extra = PER_REQUEST_FLAG if draft is not None and self._serves_source else ()
             plan = plan_for_profile(self.profile, python=python, model=self.target, draft=draft, port=free_port(),
-                                    dtype=self.spec.dtype, extra_args=extra)
+                                    dtype=self.spec.dtype, extra_args=extra,
+                                    method=self.spec.method)
             if len(wanted) > 1 and cores:
                 # Engines spread over the cores: by default vLLM binds every engine to the same one.
                 core = cores[i % len(cores)]
@@ -173,16 +191,26 @@ class LocalServing:
 
     def summary(self) -> dict[str, Any]:
         """What the report's environment records: the plans, start times, logs, and what was served."""
+        if self.spec.serve_checkpoint:
+            note = ("the serving levels ran against local vLLM CPU servers started by the harness; the speculator is "
+                    f"the checkpoint under test itself, served with vLLM's {self.spec.method} method")
+        else:
+            note = ("the serving levels ran against local vLLM CPU servers started by the harness; the served draft "
+                    "is the profile's [local_server] draft, a CPU stand-in for the checkpoint")
         return {
             "error": str(self._failure) if self._failure is not None else None,
             "kind": self.spec.kind,
-            "note": "the serving levels ran against local vLLM CPU servers started by the harness; the served draft "
-                    "is the profile's [local_server] draft, a CPU stand-in for the checkpoint",
+            "note": note,
+            "method": self.spec.method,
+            "draft_is_checkpoint": self.spec.serve_checkpoint,
+            "exercised": self.spec.exercised,
+            "plugin": {"changes": list(plugin.CHANGES), "vllm_version": plugin.PLUGIN_VLLM_VERSION},
             "target": self.identity.get("target"),
             "draft": self.identity.get("draft"),
             "servers": {
                 name: {"plan": s.plan.to_dict(), "ready_s": s.start_s, "log": str(s.log_path),
-                       "exit_code": s.process.returncode if s.process is not None else None}
+                       "exit_code": s.process.returncode if s.process is not None else None,
+                       "plugin_active": _log_has(s.log_path, plugin.ACTIVE_LINE)}
                 for name, s in self.servers.items()
             },
         }

@@ -79,6 +79,8 @@ class ServerPlan:
     host: str = "127.0.0.1"
     draft: Path | None = None
     num_speculative_tokens: int | None = None
+    #: vLLM's speculative method: its generic ``draft_model``, or ``dflash`` (vLLM's DFlash proposer).
+    method: str = "draft_model"
     max_model_len: int = 4096
     max_num_seqs: int = 4
     max_num_batched_tokens: int = 4096
@@ -95,7 +97,7 @@ class ServerPlan:
     def speculative_config(self) -> dict[str, Any] | None:
         if self.draft is None:
             return None
-        return {"method": "draft_model", "model": str(self.draft),
+        return {"method": self.method, "model": str(self.draft),
                 "num_speculative_tokens": self.num_speculative_tokens}
 
     def argv(self) -> list[str]:
@@ -127,14 +129,15 @@ class ServerPlan:
 
 def plan_for_profile(
     profile: Profile, *, python: Path, model: Path, draft: Path | None, port: int,
-    host: str = "127.0.0.1", dtype: str = "float32", extra_args: Sequence[str] = (),
+    host: str = "127.0.0.1", dtype: str = "float32", extra_args: Sequence[str] = (), method: str = "draft_model",
 ) -> ServerPlan:
     """A launch of ``model`` (with ``draft`` as its speculator, or none) under the profile's serving limits.
 
     The profile's launcher environment gives the served name, the context and batch limits
     and the proposal length, so a local server honours the same contract as the profile's
-    runtime; the speculator is vLLM's generic ``draft_model`` method, which needs nothing
-    a CPU lacks.
+    runtime. ``method`` is vLLM's speculative method: the generic ``draft_model`` (a draft of the
+    target's own architecture) or ``dflash`` (vLLM's DFlash proposer; on a CPU it needs the
+    plugin every plan loads, :mod:`qualify.runtime.vllm_cpu_plugin`).
     """
     env = profile.launch_env()
     return ServerPlan(
@@ -146,6 +149,7 @@ def plan_for_profile(
         host=host,
         draft=Path(draft).resolve() if draft is not None else None,
         num_speculative_tokens=int(env["NUM_SPECULATIVE_TOKENS"]) if draft is not None else None,
+        method=method,
         max_model_len=int(env["MAX_MODEL_LEN"]),
         max_num_seqs=int(env["MAX_NUM_SEQS"]),
         max_num_batched_tokens=int(env["MAX_NUM_BATCHED_TOKENS"]),
