@@ -600,3 +600,38 @@ def test_the_card_cites_the_verified_attestation(signed_run, keys, tmp_path, cap
     (altered / "report.json").write_text((signed_run / "report.json").read_text() + " ")
     assert main(["card", str(altered / "report.json"), "--verify-key", str(keys["release"][1])]) == 2
     assert "did not sign" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a local folder's revision, by the hub's metadata
+
+def test_a_local_folder_is_verified_against_the_hubs_metadata_at_the_commit(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from qualify.run.pipeline import verify_revision_by_hub
+    from tests.hub_standin import StandinHub, StandinRepo
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    files = {p.name: p.read_bytes() for p in (FIXTURE / "mxfp8").iterdir()}
+    commit, other = "1" * 40, "2" * 40
+    changed = dict(files, **{"config.json": files["config.json"] + b" "})
+    repo = StandinRepo("org/draft", {commit: files, other: changed}, branches={"main": commit})
+    folder = tmp_path / "draft"
+    shutil.copytree(FIXTURE / "mxfp8", folder)
+    (folder / "README.md").write_text("card\n")  # even a file never loaded: the folder is not that commit
+    with StandinHub([repo]).serving() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        verified, why = verify_revision_by_hub("org/draft", commit, folder)
+        assert verified is None and "README.md is not in the commit" in why
+        (folder / "README.md").unlink()
+        verified, why = verify_revision_by_hub("org/draft", commit, folder)
+        assert verified == a.VERIFIED_BY_HUB_METADATA, why
+        verified, why = verify_revision_by_hub("org/draft", other, folder)
+        assert verified is None and "config.json differs from the commit's (git blob id)" in why
+        (folder / "hf_quant_config.json").unlink()
+        verified, why = verify_revision_by_hub("org/draft", commit, folder)
+        assert verified is None and "hf_quant_config.json of the commit is missing from the folder" in why
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    verified, why = verify_revision_by_hub("org/draft", commit, folder)
+    assert verified is None and why.startswith("only claimed: not compared with the hub")

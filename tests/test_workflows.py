@@ -33,19 +33,20 @@ def ci() -> dict[str, Any]:
     return load("ci.yml")
 
 
-def steps(workflow: dict[str, Any]) -> list[dict[str, Any]]:
-    (job,) = workflow["jobs"].values()
-    return job["steps"]
+def steps(workflow: dict[str, Any], job: str | None = None) -> list[dict[str, Any]]:
+    """The steps of ``job``, else of the workflow's first job (the GPU workflow's qualify job)."""
+    jobs = workflow["jobs"]
+    return jobs[job or next(iter(jobs))]["steps"]
 
 
-def step_running(workflow: dict[str, Any], pattern: str) -> tuple[int, dict[str, Any]]:
-    found = [(i, s) for i, s in enumerate(steps(workflow)) if re.search(pattern, s.get("run", ""))]
+def step_running(workflow: dict[str, Any], pattern: str, job: str | None = None) -> tuple[int, dict[str, Any]]:
+    found = [(i, s) for i, s in enumerate(steps(workflow, job)) if re.search(pattern, s.get("run", ""))]
     assert len(found) == 1, f"expected one step running {pattern!r}, found {len(found)}"
     return found[0]
 
 
-def step_using(workflow: dict[str, Any], action: str) -> tuple[int, dict[str, Any]]:
-    found = [(i, s) for i, s in enumerate(steps(workflow)) if s.get("uses", "").split("@")[0] == action]
+def step_using(workflow: dict[str, Any], action: str, job: str | None = None) -> tuple[int, dict[str, Any]]:
+    found = [(i, s) for i, s in enumerate(steps(workflow, job)) if s.get("uses", "").split("@")[0] == action]
     assert len(found) == 1, f"expected one step using {action}, found {len(found)}"
     return found[0]
 
@@ -63,8 +64,9 @@ def test_gpu_workflow_is_manual_only_with_the_inputs_make_qualify_needs(gpu):
 
 
 def test_gpu_workflow_runs_on_a_four_gpu_self_hosted_runner_one_at_a_time(gpu):
-    (job,) = gpu["jobs"].values()
-    assert {"self-hosted", "linux", "gpu-4x"} <= set(job["runs-on"])
+    assert list(gpu["jobs"]) == ["qualify", "release"]
+    for job in gpu["jobs"].values():  # the release job reads the same checkpoint directory
+        assert {"self-hosted", "linux", "gpu-4x"} <= set(job["runs-on"])
     assert gpu["concurrency"]["cancel-in-progress"] is False
     assert gpu["permissions"]["contents"] == "read"
 
@@ -74,8 +76,7 @@ def test_gpu_workflow_runs_make_qualify_with_profile_checkpoint_and_source(gpu):
     run = step["run"]
     for var in ("PROFILE", "CHECKPOINT", "SOURCE", "REPORTS"):
         assert f'{var}="${var}"' in run, var
-    (job,) = gpu["jobs"].values()
-    env = job["env"]
+    env = gpu["jobs"]["qualify"]["env"]
     assert env["PROFILE"] == "${{ inputs.profile }}" and env["CHECKPOINT"] == "${{ inputs.checkpoint }}"
     assert env["SOURCE"] == "${{ inputs.source }}"
     # JUnit through the environment variable qualify check reads (make qualify passes no flag).
@@ -103,15 +104,54 @@ def test_gpu_workflow_gates_last_on_the_checkpoint_it_qualified(gpu):
     i_gate, gate = step_running(gpu, r"qualify gate")
     assert i_gate == len(steps(gpu)) - 1
     assert "if" not in gate  # runs only when everything before it succeeded
-    assert re.search(r'qualify gate "\$RUN_DIR/report.json" --checkpoint "\$CHECKPOINT"', gate["run"])
+    # The report beside its attestation, verified with the public key: the report must be the one signed.
+    assert re.search(r'qualify gate "\$RUN_DIR/report.json" --verify-key "\$RUNNER_TEMP/qualify-verify-key.pub.pem"'
+                     r' \\\s+--checkpoint "\$CHECKPOINT" --revision "\$DRAFT_REVISION"', gate["run"])
+    assert "--allow-unsigned" not in gate["run"]
     assert "QUALIFY_RC" in gate["run"]  # a harness that exited non-zero fails the job too
+
+
+def test_gpu_workflow_signs_with_a_key_from_the_secret_store(gpu):
+    i_sign, sign = step_running(gpu, r"\bmake qualify\b")
+    # The secret reaches the script by env only, into a file only the job's user can read, named by
+    # QUALIFY_SIGN_KEY (the variable qualify run reads), and removed whatever happens.
+    assert sign["env"]["SIGN_KEY_PEM"] == "${{ secrets.QUALIFY_SIGN_KEY }}"
+    run = sign["run"]
+    assert "umask 077" in run and "trap 'rm -f \"$key\"' EXIT" in run and 'rm -f "$key"' in run
+    from qualify.release.attestation import SIGN_KEY_ENV
+
+    assert f'{SIGN_KEY_ENV}="$key" make qualify' in run and "--sign-model" in run
+    i_key, key = step_running(gpu, r"qualify-verify-key.pub.pem\"$", "qualify")
+    assert key["env"]["VERIFY_KEY_PEM"] == "${{ vars.QUALIFY_VERIFY_KEY }}" and "always()" in key["if"]
+    i_gate, _ = step_running(gpu, r"qualify gate")
+    assert i_sign < i_key < i_gate
+
+
+def test_the_release_job_verifies_the_attestation_before_it_publishes(gpu):
+    job = gpu["jobs"]["release"]
+    assert job["needs"] == "qualify" and job["environment"] == "release"
+    i_fetch, fetch = step_using(gpu, "actions/download-artifact", "release")
+    _, upload = step_using(gpu, "actions/upload-artifact", "qualify")
+    assert fetch["with"]["name"] == upload["with"]["name"]
+    i_verify, verify = step_running(gpu, r"qualify gate", "release")
+    assert verify["env"]["VERIFY_KEY_PEM"] == "${{ vars.QUALIFY_VERIFY_KEY }}"
+    assert re.search(r'qualify gate --attestation "\$\{found\[0\]\}" --verify-key "\$key" --checkpoint '
+                     r'"\$CHECKPOINT" \\\s+--revision "\$DRAFT_REVISION"', verify["run"])
+    assert "--allow-unsigned" not in verify["run"]
+    i_publish, publish = step_running(gpu, r"hf upload", "release")
+    assert i_fetch < i_verify < i_publish == len(steps(gpu, "release")) - 1
+    assert '"$CHECKPOINT"' in publish["run"] and "if" not in publish  # the very directory the gate verified
+    assert publish["env"]["HF_TOKEN"] == "${{ secrets.HF_RELEASE_TOKEN }}"
+    # The signing key never reaches the release job.
+    assert "QUALIFY_SIGN_KEY" not in str(job)
 
 
 def test_no_workflow_pastes_an_expression_into_a_shell_script(gpu, ci):
     """${{ inputs.x }} inside run: is shell injection; inputs go through env."""
     for workflow in (gpu, ci):
-        for step in steps(workflow):
-            assert "${{" not in step.get("run", ""), step.get("name")
+        for job in workflow["jobs"]:
+            for step in steps(workflow, job):
+                assert "${{" not in step.get("run", ""), step.get("name")
 
 
 # -- the harness's own CI ---------------------------------------------------------------
@@ -130,7 +170,8 @@ def test_ci_runs_the_ci_script_on_ubuntu_for_pushes_and_pull_requests(ci):
 def test_docs_show_the_same_steps_for_other_ci_systems():
     text = (REPO / "docs" / "ci.md").read_text()
     for words in ("GitLab", "Jenkins", "make qualify", "qualify gate", "QUALIFY_JUNIT_XML", "junit", "report.md",
-                  "artifacts"):
+                  "artifacts", "QUALIFY_SIGN_KEY", "--verify-key", "attestation.intoto.jsonl", "keyless", "OIDC",
+                  "sigstore"):
         assert words in text, words
 
 

@@ -65,6 +65,7 @@ MODEL_SIGNATURE = "model-signature"
 #: How a run may have verified the draft's revision against the bytes (pipeline.Resolved).
 VERIFIED_BY_CONTENT = "content of the local folder"
 VERIFIED_BY_HUB = "hub download at that commit"
+VERIFIED_BY_HUB_METADATA = "hub metadata at that commit"
 
 
 # ---------------------------------------------------------------- keys
@@ -247,7 +248,8 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
         _descriptor(PROFILE, digest={"sha256": profile.get("sha256")}, annotations={"name": profile.get("name")}),
         _descriptor(DRAFT, uri=_hub_uri(checkpoint.get("repo")), annotations={
             "revision": checkpoint.get("revision"), "revisionSource": checkpoint.get("revision_source"),
-            "revisionVerifiedBy": checkpoint.get("revision_verified_by"), "obtained": checkpoint.get("obtained"),
+            "revisionVerifiedBy": checkpoint.get("revision_verified_by"),
+            "revisionVerification": checkpoint.get("revision_verification"), "obtained": checkpoint.get("obtained"),
             "unhashedFiles": unhashed}),
         _descriptor(SOURCE, uri=_hub_uri(source.get("repo")), digest=_git_commit(source.get("revision"))),
         _descriptor(TARGET, uri=_hub_uri(target.get("repo")), digest=_git_commit(target.get("revision"))),

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from qualify import errors
-from qualify.checkpoint.checksums import folder_revision
+from qualify.checkpoint.checksums import folder_revision, sha256_files
 from qualify.errors import HarnessError, UsageError
 from qualify.profile import Profile
-from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB, SigningKey
+from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB, VERIFIED_BY_HUB_METADATA, SigningKey
 from qualify.report.model import LEVELS, Run
 
 CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
@@ -67,11 +67,13 @@ class Resolved:
     hub: dict[str, Any] | None = None
     # How the revision was checked against the bytes (VERIFIED_BY_*), or None: a revision only claimed.
     revision_verified_by: str | None = None
+    revision_verification: str | None = None  # what was compared, or why the revision could not be verified
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": str(self.path) if self.path else None, "repo": self.repo,
                                "revision": self.revision, "revision_source": self.revision_source,
-                               "revision_verified_by": self.revision_verified_by, "obtained": self.obtained}
+                               "revision_verified_by": self.revision_verified_by,
+                               "revision_verification": self.revision_verification, "obtained": self.obtained}
         if self.hub is not None:
             out["hub"] = self.hub
         return out
@@ -90,6 +92,45 @@ def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resol
     return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict(), revision_verified_by=VERIFIED_BY_HUB)
 
 
+def verify_revision_by_hub(repo: str, revision: str, folder: Path, *,
+                           cache_dir: Path | None = None) -> tuple[str | None, str]:
+    """Whether the hub's metadata of ``repo`` at ``revision`` names exactly the files of ``folder``.
+
+    Every file of the folder must be on the hub at that commit with the same LFS sha256 (or, for a
+    file stored in git, the same git blob id), and every file of the commit that a runtime may load
+    must be in the folder. Returns (:data:`VERIFIED_BY_HUB_METADATA` or None, what was found).
+    Offline, or with the hub unreachable, the revision stays unverified: it is never assumed.
+    """
+    from qualify.checkpoint import hub
+    from qualify.checkpoint.files import is_never_loaded, list_checkpoint_files
+
+    access = hub.hub_access(cache_dir=cache_dir)
+    if access.mode != hub.ONLINE:
+        return None, f"only claimed: not compared with the hub ({access.reason})"
+    try:
+        rev = hub.resolve(repo, revision, access=access)
+    except (hub.HubError, UsageError) as exc:
+        return None, f"only claimed: the hub's metadata could not be read ({exc})"
+    rels = [r for r in list_checkpoint_files(folder) if (folder / r).is_file()]
+    digests = sha256_files([folder / r for r in rels], labels=rels, progress=False)
+    problems = []
+    for rel in rels:
+        remote = rev.files.get(rel)
+        if remote is None:
+            problems.append(f"{rel} is not in the commit")
+        elif remote.sha256 is not None and remote.sha256 != digests[folder / rel]:
+            problems.append(f"{rel} differs from the commit's (LFS sha256)")
+        elif remote.sha256 is None and remote.blob_id != hub.git_blob_sha1(folder / rel):
+            problems.append(f"{rel} differs from the commit's (git blob id)")
+    for rel in sorted(set(rev.files) - set(rels)):
+        if not is_never_loaded(rel):
+            problems.append(f"{rel} of the commit is missing from the folder")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        return None, f"only claimed: the folder is not {repo}@{revision} on {access.endpoint}: {shown}"
+    return VERIFIED_BY_HUB_METADATA, f"every file equals the hub's metadata of {repo}@{revision} on {access.endpoint}"
+
+
 def resolve_checkpoint(opts: RunOptions) -> Resolved:
     """The draft: a local folder (its revision given, pinned, or its content's) or the hub at its commit."""
     profile = opts.profile
@@ -105,10 +146,14 @@ def resolve_checkpoint(opts: RunOptions) -> Resolved:
         content = folder_revision(opts.checkpoint)
         if revision is None:
             revision, source = content, "content of the local folder"
-        # A revision given for a local folder is only a claim unless it is the folder's content revision:
-        # nothing ties a hub commit to bytes copied from somewhere.
-        verified = VERIFIED_BY_CONTENT if revision == content else None
-        return Resolved(opts.checkpoint, repo, revision, source, "local folder", revision_verified_by=verified)
+        # A revision given for a local folder is only a claim unless it is the folder's content revision or
+        # the hub's metadata at that commit names exactly these bytes.
+        if revision == content:
+            verified, why = VERIFIED_BY_CONTENT, "the local folder's content revision, computed from its bytes"
+        else:
+            verified, why = verify_revision_by_hub(repo, revision, opts.checkpoint, cache_dir=opts.hf_cache)
+        return Resolved(opts.checkpoint, repo, revision, source, "local folder", revision_verified_by=verified,
+                        revision_verification=why)
     if revision is None:
         raise UsageError(f"profile {profile.name} pins no draft revision: give --draft-revision COMMIT (the release "
                          "candidate's immutable commit) or --checkpoint DIR")
