@@ -11,6 +11,13 @@ REPORTS ?= reports
 LEVELS ?=
 DRAFT_REVISION ?=
 QUALIFY_ARGS ?=
+# Signing the run (or QUALIFY_SIGN_KEY in the environment; QUALIFY_ARGS="--sign-key k.pem" says the same),
+# and what `make gate` verifies it with.
+SIGN_KEY ?=
+VERIFY_KEY ?=
+ATTESTATION ?=
+REVISION ?=
+REQUIRE ?=
 # The shipped fixture is qualified from its folders; any other profile's draft and source
 # come from the hub at their pinned commits unless CHECKPOINT / SOURCE name local folders.
 ifeq ($(PROFILE),fixture)
@@ -23,7 +30,7 @@ SOURCE ?=
 LOCAL_RUNTIMES :=
 endif
 
-.PHONY: qualify test test-fast lint fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
+.PHONY: qualify gate test test-fast lint fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
 
 venv: $(STAMP)
 
@@ -40,7 +47,14 @@ $(STAMP): pyproject.toml
 qualify: $(STAMP) $(LOCAL_RUNTIMES)
 	$(VENV)/bin/qualify run --profile $(PROFILE) --report-dir $(REPORTS) \
 		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(SOURCE),--source $(SOURCE)) \
-		$(if $(LEVELS),--levels $(LEVELS)) $(if $(DRAFT_REVISION),--draft-revision $(DRAFT_REVISION)) $(QUALIFY_ARGS)
+		$(if $(LEVELS),--levels $(LEVELS)) $(if $(DRAFT_REVISION),--draft-revision $(DRAFT_REVISION)) \
+		$(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(QUALIFY_ARGS)
+
+# The release gate on a signed run: make gate ATTESTATION=reports/<run>/attestation.intoto.jsonl VERIFY_KEY=pub.pem
+# (CHECKPOINT defaults to the fixture's for the fixture profile; REVISION and REQUIRE are passed when set).
+gate: $(STAMP)
+	$(VENV)/bin/qualify gate --attestation $(ATTESTATION) --verify-key $(VERIFY_KEY) --checkpoint $(CHECKPOINT) \
+		$(if $(REVISION),--revision $(REVISION)) $(if $(REQUIRE),--require $(REQUIRE))
 
 # What the fixture profile's runtime and serving levels run on here, each step reused when done:
 # a Docker engine (the stand-in image is built by the run itself), the vLLM CPU venv, the serving fixture.

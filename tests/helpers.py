@@ -8,6 +8,7 @@ import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "fixtures" / "dflash2-tiny"
@@ -64,3 +65,18 @@ def peak_allocation() -> Iterator[Callable[[], int]]:
     finally:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+
+
+def write_key(folder: Path, name: str, curve: Any = None,
+              password: bytes | None = None) -> tuple[Path, Path]:
+    """(private PEM, public PEM) of a fresh EC key (P-256 unless ``curve``), for signing tests."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(curve or ec.SECP256R1())
+    enc = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub.pem"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub

@@ -30,25 +30,13 @@ from qualify.release.checklist import level_checks, suite_checks
 from qualify.release.gate import Expected, attestation_refusals
 from qualify.report.model import LEVELS
 from qualify.util.escape import escape_terminal
-from tests.helpers import FIXTURE, REPO, TRACEBACK, run_qualify
+from tests.helpers import FIXTURE, REPO, TRACEBACK, run_qualify, write_key
 
 CHECKPOINT_LEVELS = "structure,format,reproduction"
 REQUIRE = ("--require", CHECKPOINT_LEVELS)
 
 
 # ---------------------------------------------------------------- keys the tests generate
-
-def write_key(folder: Path, name: str, curve: ec.EllipticCurve | None = None,
-              password: bytes | None = None) -> tuple[Path, Path]:
-    """(private PEM, public PEM) of a fresh EC key (P-256 unless ``curve``)."""
-    key = ec.generate_private_key(curve or ec.SECP256R1())
-    enc = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
-    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub.pem"
-    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
-    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
-    return priv, pub
-
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
@@ -635,3 +623,27 @@ def test_a_local_folder_is_verified_against_the_hubs_metadata_at_the_commit(tmp_
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     verified, why = verify_revision_by_hub("org/draft", commit, folder)
     assert verified is None and why.startswith("only claimed: not compared with the hub")
+
+
+# ---------------------------------------------------------------- make qualify, signed
+
+@pytest.mark.slow
+def test_make_qualify_signs_and_make_gate_verifies(keys, tmp_path):
+    """`make qualify QUALIFY_ARGS="--sign-key k.pem"` on the fixture (its checkpoint levels), then `make gate`."""
+    venv = Path(sys.executable).parent.parent
+    # STAMP= and LOCAL_RUNTIMES=: this venv is already installed, and the checkpoint levels need no runtime.
+    common = [f"VENV={venv}", "STAMP=", "LOCAL_RUNTIMES="]
+    proc = subprocess.run(["make", "-s", "qualify", *common, f"LEVELS={CHECKPOINT_LEVELS}",
+                           f"REPORTS={tmp_path / 'reports'}", f"QUALIFY_ARGS=--sign-key {keys['release'][0]}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (attestation,) = (tmp_path / "reports").glob(f"*/{a.ATTESTATION_NAME}")
+    gate = subprocess.run(["make", "-s", "gate", *common, f"ATTESTATION={attestation}",
+                           f"VERIFY_KEY={keys['release'][1]}", f"REQUIRE={CHECKPOINT_LEVELS}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert gate.stdout.startswith("qualified: structure, format, reproduction passed")
+    refused = subprocess.run(["make", "-s", "gate", *common, f"ATTESTATION={attestation}",
+                              f"VERIFY_KEY={keys['attacker'][1]}", f"REQUIRE={CHECKPOINT_LEVELS}"],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "signed by another key" in refused.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from qualify.report.model import Run, Status, Verdict, read_json
-from tests.helpers import FIXTURE, REPO, TRACEBACK
+from tests.helpers import FIXTURE, REPO, TRACEBACK, write_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
@@ -29,13 +29,20 @@ def qualify(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
+def sign_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(private, public) PEM of an EC P-256 key generated for this module: the run is signed with it."""
+    return write_key(tmp_path_factory.mktemp("keys"), "release")
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory,
+             sign_keys: tuple[Path, Path]) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
     from fixtures.serving import build
 
     build()  # the serving fixture the profile's [local_server] serves (reused when already built)
     reports = tmp_path_factory.mktemp("reports")
     proc = qualify("run", "--profile", "fixture", "--checkpoint", str(FIXTURE / "mxfp8"), "--source",
-                   str(FIXTURE / "source"), "--report-dir", str(reports))
+                   str(FIXTURE / "source"), "--report-dir", str(reports), "--sign-key", str(sign_keys[0]))
     assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
     (path,) = reports.glob("*/report.json")
     return proc, read_json(path), path
@@ -75,13 +82,20 @@ def test_the_report_records_what_ran_and_what_was_served(full_run) -> None:
     assert (path.parent / "vllm-speculative.log").is_file() and (path.parent / "server.log").is_file()
 
 
-def test_the_gate_accepts_it_for_the_checkpoint_and_its_revision(full_run) -> None:
+def test_the_gate_accepts_its_attestation_for_the_checkpoint_and_its_revision(full_run, sign_keys) -> None:
+    """Every level the fixture profile requires, signed by the run and verified by the gate (no --require)."""
     _, run, path = full_run
-    proc = qualify("gate", str(path), "--checkpoint", str(FIXTURE / "mxfp8"), "--revision", run.checkpoint["revision"],
-                   "--allow-unsigned")
+    attestation = path.parent / "attestation.intoto.jsonl"
+    proc = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
+                   str(FIXTURE / "mxfp8"), "--revision", run.checkpoint["revision"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    other = qualify("gate", str(path), "--revision", "0" * 40, "--allow-unsigned")
-    assert other.returncode == 1 and "revision" in other.stdout + other.stderr
+    assert "acceptance, losslessness passed" in proc.stdout
+    other = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
+                    str(FIXTURE / "mxfp8"), "--revision", "0" * 40)
+    assert other.returncode == 1 and "not " + "0" * 40 in other.stdout
+    unsigned = qualify("gate", str(path), "--checkpoint", str(FIXTURE / "mxfp8"), "--revision",
+                       run.checkpoint["revision"], "--allow-unsigned")
+    assert unsigned.returncode == 0 and "UNSIGNED" in unsigned.stdout
 
 
 def test_the_card_claims_exactly_the_qualified_levels(full_run) -> None:
