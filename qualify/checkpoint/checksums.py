@@ -289,7 +289,7 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | None 
         for f in pending:
             f.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
-        if threads is not None and torch.get_num_threads() != threads:
+        if torch is not None and threads is not None and torch.get_num_threads() != threads:
             # A torch built with a process-wide thread pool (not OpenMP) took the workers'
             # setting for everyone: give the caller its own back.
             torch.set_num_threads(threads)

@@ -14,8 +14,11 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from qualify import __version__
 from qualify.checkpoint.manifest import (
@@ -161,6 +164,16 @@ def _convert_into(
                 pending[name] = q
             return pending[name]
 
+        # What the writer calls for each tensor's bytes, in the order it writes them.
+        def weight_data(name: str) -> torch.Tensor:
+            return quantized(name).data
+
+        def weight_scale(name: str) -> torch.Tensor:
+            return pending.pop(name).scale
+
+        def raw_bytes(name: str) -> bytes:
+            return bytes(source.raw(name))
+
         for plan in plans:
             info = source.info(plan.name)
             entry: dict[str, Any] = {
@@ -183,15 +196,13 @@ def _convert_into(
                     {"name": plan.name, "role": "weight", "dtype": "F8_E4M3", "shape": [n, k]},
                     {"name": plan.name + SCALE_SUFFIX, "role": "scale", "dtype": "U8", "shape": list(scale_shape)},
                 ]
-                planned.append(PlannedTensor(plan.name, "F8_E4M3", (n, k),
-                                             lambda nm=plan.name: quantized(nm).data))
+                planned.append(PlannedTensor(plan.name, "F8_E4M3", (n, k), partial(weight_data, plan.name)))
                 planned.append(PlannedTensor(plan.name + SCALE_SUFFIX, "U8", scale_shape,
-                                             lambda nm=plan.name: pending.pop(nm).scale))
+                                             partial(weight_scale, plan.name)))
             else:
                 entry["outputs"] = [{"name": plan.name, "role": "tensor", "dtype": info.dtype,
                                      "shape": list(info.shape)}]
-                planned.append(PlannedTensor(plan.name, info.dtype, tuple(info.shape),
-                                             lambda nm=plan.name: bytes(source.raw(nm))))
+                planned.append(PlannedTensor(plan.name, info.dtype, tuple(info.shape), partial(raw_bytes, plan.name)))
             entries.append(entry)
         write_safetensors(out / OUTPUT_WEIGHTS, planned, metadata={"format": "pt"})
 

@@ -176,7 +176,8 @@ def check_schema(root: Path) -> Evidence:
 
 def check_source_pinned(manifest_raw: dict[str, Any], pinned_revision: str | None) -> Evidence:
     """The source is named at an immutable commit, and it is the one the profile pins."""
-    source = manifest_raw.get("source") if isinstance(manifest_raw.get("source"), dict) else {}
+    named = manifest_raw.get("source")
+    source: dict[str, Any] = named if isinstance(named, dict) else {}
     revision = source.get("revision")
     ev = Evidence("the source checkpoint is pinned to an immutable 40-hex commit")
     ev.measured.update(repo=source.get("repo"), revision=revision)

@@ -106,7 +106,8 @@ def _config_quant(qc: Any) -> DeclaredScheme:
     if not isinstance(qc, dict):
         raise QuantConfigError("'quantization_config' must be an object", file=MODEL_CONFIG)
     # Some exporters nest the ModelOpt block as {"quant_method": "modelopt", "quantization": {...}}.
-    inner = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else qc
+    nested = qc.get("quantization")
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else qc
     excl = inner.get("exclude_modules", inner.get("ignore", qc.get("ignore")))
     if excl is not None and not (isinstance(excl, list) and all(isinstance(p, str) for p in excl)):
         raise QuantConfigError("'ignore'/'exclude_modules' must be a list of strings", file=where)

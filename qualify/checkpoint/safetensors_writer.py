@@ -60,7 +60,8 @@ class PlannedTensor:
 def tensor_bytes(t: torch.Tensor) -> memoryview:
     """The raw little-endian bytes of a tensor, without copying a contiguous one."""
     t = t.detach().contiguous().cpu()
-    return memoryview(t.view(torch.uint8).reshape(-1).numpy()) if t.numel() else memoryview(b"")
+    # numpy arrays implement the buffer protocol; numpy's stubs do not say so to every type checker.
+    return memoryview(t.view(torch.uint8).reshape(-1).numpy()) if t.numel() else memoryview(b"")  # type: ignore[arg-type]
 
 
 def build_header(tensors: Iterable[PlannedTensor], metadata: dict[str, str] | None = None) -> bytes:

@@ -125,7 +125,8 @@ def _count_differing(expected: torch.Tensor, found: torch.Tensor) -> tuple[int, 
     In chunks: a mask of a whole 600 MB lm_head would be as large as the tensor, and
     summing a bool tensor makes an int64 copy of it (eight times larger still).
     """
-    count, first = 0, []
+    count = 0
+    first: list[int] = []
     for start in range(0, expected.numel(), _COUNT_CHUNK):
         differ = expected[start:start + _COUNT_CHUNK] != found[start:start + _COUNT_CHUNK]
         n = int(torch.count_nonzero(differ))

@@ -161,7 +161,8 @@ def _level_changes(a: Run, b: Run) -> list[Change]:
     for name in sorted(set(la) | set(lb), key=lambda n: (_level_order(n), n)):
         x, y = la.get(name), lb.get(name)
         if x is None or y is None:
-            present = x or y
+            present = x if x is not None else y
+            assert present is not None  # the name came from one of the two
             words = f"{present.status}, {'required' if present.required else 'not required'}"
             out.append(Change(f"level {name}", None if x is None else words, None if y is None else words,
                               relevant=True))

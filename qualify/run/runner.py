@@ -38,7 +38,7 @@ def now() -> str:
 
 
 def environment() -> dict[str, Any]:
-    packages = {}
+    packages: dict[str, str | None] = {}
     for name in REPORTED_PACKAGES:
         try:
             packages[name] = importlib.metadata.version(name)
@@ -141,7 +141,7 @@ def finish_run(run: Run, report_dir: Path | None) -> None:
         for lvl in run.levels:  # charts first: report.md links to them
             for check in lvl.checks:
                 name = chart_file(check)
-                if name:
+                if name and check.evidence is not None:
                     atomic_write_text(Path(report_dir) / name, check.evidence.measured[CHART_KEY])
                 for file, svg in chart_files(check).items():
                     atomic_write_text(Path(report_dir) / file, svg)

@@ -112,7 +112,8 @@ class QualifyPlugin:
     # ---- selection: only the levels laid out in the run are collected
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         wanted = {lvl.name for lvl in self.run.levels}
-        keep, drop = [], []
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
         for item in items:
             level = level_of(item)
             (keep if level in wanted else drop).append(item)
@@ -120,7 +121,7 @@ class QualifyPlugin:
             config.hook.pytest_deselected(items=drop)
         # Levels run in the order a full run performs them (structure before format, ...),
         # whatever the files' names; within a level, in file order.
-        keep.sort(key=lambda it: LEVELS.index(level_of(it)))  # type: ignore[arg-type]
+        keep.sort(key=lambda it: LEVELS.index(level_of(it) or ""))
         items[:] = keep
 
     # ---- evidence handed over by the `record` fixture

@@ -484,8 +484,8 @@ def terminate_on_signals(signals: Sequence[signal.Signals] = (signal.SIGTERM, si
     try:
         yield
     finally:
-        for s, prev in previous.items():
-            signal.signal(s, prev)
+        for number, prev_handler in previous.items():
+            signal.signal(number, prev_handler)
 
 
 @contextlib.contextmanager

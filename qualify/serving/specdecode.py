@@ -29,6 +29,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -480,6 +481,10 @@ def resample_totals(deltas: Sequence[CounterDelta], boot: Bootstrap) -> list[Cou
     return out
 
 
+def _position_rate(d: CounterDelta, position: int) -> float:
+    return position_rates(d)[position]
+
+
 def interval(
     point: CounterDelta, resampled: Sequence[CounterDelta], statistic: Callable[[CounterDelta], float],
     boot: Bootstrap, *, worst: float,
@@ -528,7 +533,7 @@ def acceptance_stats(deltas: Sequence[CounterDelta], boot: Bootstrap | None = No
         acceptance_rate=interval(totals, resampled, acceptance_rate, boot, worst=0.0),
         mean_acceptance_length=interval(totals, resampled, mean_acceptance_length, boot, worst=1.0),
         position_rates=tuple(
-            interval(totals, resampled, lambda d, i=i: position_rates(d)[i], boot, worst=0.0) for i in range(width)
+            interval(totals, resampled, partial(_position_rate, position=i), boot, worst=0.0) for i in range(width)
         ),
     )
 

@@ -63,7 +63,7 @@ def _session_of(pid_dir: Path) -> int | None:
 
 
 def _socket_inodes(pid_dir: Path) -> set[int]:
-    out = set()
+    out: set[int] = set()
     try:
         fds = list((pid_dir / "fd").iterdir())
     except OSError:
