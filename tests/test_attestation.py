@@ -278,6 +278,7 @@ def test_the_revision_must_be_the_one_the_run_verified(signed_run, keys, release
     code, out, _ = gate(*gate_args(run_dir, keys["release"][1], release, "--revision", claimed, require="structure"))
     assert code == 1
     assert f"refused: revision {claimed} was only claimed (--draft-revision): the run never compared it" in out
+    assert "- Revision not verified: only claimed: " in (run_dir / "report.md").read_text()
 
 
 @pytest.mark.slow
@@ -647,3 +648,30 @@ def test_make_qualify_signs_and_make_gate_verifies(keys, tmp_path):
                               f"VERIFY_KEY={keys['attacker'][1]}", f"REQUIRE={CHECKPOINT_LEVELS}"],
                              cwd=REPO, capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "signed by another key" in refused.stdout
+
+
+@pytest.mark.slow
+def test_a_report_without_its_attestation_or_with_a_replaced_model_signature_is_refused(signed_run, keys, release,
+                                                                                       tmp_path, gate):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(signed_run / "report.json", bare / "report.json")
+    code, out, _ = gate(str(bare / "report.json"), "--verify-key", str(keys["release"][1]), "--checkpoint",
+                        str(release), *REQUIRE)
+    assert code == 1
+    assert out.splitlines() == [f"refused: {bare / 'report.json'} has no attestation beside it "
+                                f"({a.ATTESTATION_NAME}): an unsigned report cannot license a release (the run was "
+                                "not given --sign-key?)"]
+    replaced = tmp_path / "replaced"
+    shutil.copytree(signed_run, replaced)
+    (replaced / a.MODEL_SIGNATURE_NAME).write_text("{}")
+    code, out, _ = gate(*gate_args(replaced, keys["release"][1], release))
+    assert code == 1
+    (line,) = out.splitlines()
+    assert line.startswith(f"refused: {replaced / a.MODEL_SIGNATURE_NAME} is not the model signature the attestation")
+
+
+@pytest.mark.slow
+def test_report_md_says_whether_the_revision_was_verified(signed_run):
+    md = (signed_run / "report.md").read_text()
+    assert f"- Revision verified ({a.VERIFIED_BY_CONTENT}): the local folder's content revision" in md

@@ -72,6 +72,12 @@ def run(args: argparse.Namespace) -> int:
         if args.report is None:
             raise UsageError("--verify-key: say which attestation to verify (--attestation FILE)")
         attestation = args.report.parent / ATTESTATION_NAME
+        if not attestation.is_file() and not args.allow_unsigned:
+            # The report came without its attestation: a refusal of the release, not a usage mistake.
+            return _refuse([f"{args.report} has no attestation beside it ({ATTESTATION_NAME}): an unsigned report "
+                            "cannot license a release (the run was not given --sign-key?)"])
+        if not attestation.is_file():
+            attestation = None
     if attestation is not None:
         if args.verify_key is None:
             raise UsageError("--attestation needs --verify-key PUB.pem: an attestation is worth nothing unverified")
@@ -130,6 +136,7 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     from qualify import __version__
     from qualify.errors import AttestationError
     from qualify.release.attestation import (
+        MODEL_SIGNATURE,
         REPORT,
         file_sha256,
         key_fingerprint,
@@ -161,6 +168,13 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision,  # type: ignore[arg-type]
                         profile_sha256=profile_sha, allow_unpinned=args.allow_unpinned)
     reasons += attestation_refusals(att, expected, version=__version__, defined=level_checks())
+    signature = att.config.get(MODEL_SIGNATURE)
+    if signature is not None:
+        # The model-signing bundle beside the attestation is for users downstream; it must be the one signed.
+        bundle = attestation.parent / Path(str(signature.get("uri"))).name
+        if bundle.is_file() and file_sha256(bundle) != att.digest(MODEL_SIGNATURE):
+            reasons.append(f"{bundle} is not the model signature the attestation names (sha256 "
+                           f"{att.digest(MODEL_SIGNATURE)}): it was replaced or altered after signing")
     if reasons:
         return _refuse(reasons)
     what = [f"{len(att.subjects)} files in {args.checkpoint} are the ones signed"]

@@ -247,6 +247,11 @@ def render_markdown(run: Run) -> str:
     for key in ("repo", "revision"):
         if ck.get(key):
             out.append(f"- {key.capitalize()}: {markdown_code(ck[key])}")
+    if ck.get("revision") and "revision_verified_by" in ck:
+        # A revision the run did not compare with the bytes is a claim, and the gate treats it as one.
+        how = ck.get("revision_verification") or ck.get("revision_verified_by") or "only claimed"
+        verdict = f"verified ({ck['revision_verified_by']})" if ck.get("revision_verified_by") else "not verified"
+        out.append(f"- Revision {verdict}: {escape_markdown(how)}")
     src = run.source
     if src.get("path") or src.get("repo"):
         out.append(f"- Source: {markdown_code(src.get('repo') or src.get('path'))}"
