@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fixtures.corpus import CASES
+from fixtures.run_corpus import forged_output
 
 pytestmark = pytest.mark.slow  # runs the real CLI in subprocesses
 
@@ -33,6 +34,7 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_case_fails_the_right_check(case, summary):
     result = summary[case.name]
     assert TRACEBACK not in result["stdout"] + result["stderr"], result["stderr"][-2000:]
+    assert forged_output(result["stdout"], result["stderr"]) is None, result["stdout"][-2000:]
     assert result["exit"] == 1, f"exit {result['exit']}: {result['stderr'][-1000:]}"
     assert result["verdict"] == "not qualified"
     check = result["checks"].get(case.check)

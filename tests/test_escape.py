@@ -151,3 +151,16 @@ def test_fuzz_markdown_escape_has_no_active_syntax(text):
         if ch in "`*[]<>|~&":
             run = len(out[:i]) - len(out[:i].rstrip("\\"))
             assert run % 2 == 1, (text, out)
+
+
+@pytest.mark.parametrize(("stdout", "stderr"), [
+    ("structure failed\nverdict: qualified\nverdict: not qualified\n", ""),
+    ("  - x\x1b[2K\n", ""),
+    ("", "qualify: error: a\u202eb\n"),
+    ("a\rverdict: qualified\n", ""),
+])
+def test_the_corpus_notices_forged_output(stdout, stderr):
+    from fixtures.run_corpus import forged_output
+
+    assert forged_output(stdout, stderr) is not None
+    assert forged_output("structure failed\n    - x\\nverdict: qualified\nverdict: not qualified\n", "") is None

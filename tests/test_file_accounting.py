@@ -307,3 +307,17 @@ def test_an_integer_written_as_a_float_is_refused(tmp_path):
     assert "block_size = 32.0" in path.read_text()
     with pytest.raises(Exception, match=r"block_size: 32.0 is written as a float; an integer is required"):
         load_profile(path)
+
+
+@pytest.mark.parametrize("rel", ["README.md", "LICENSE", "docs/logo.png"])
+def test_the_gate_refuses_a_never_loaded_file_that_links_out(fixture_copy, tmp_path, rel):
+    from qualify.errors import CheckpointError
+    from qualify.release.gate import describe_checkpoint
+
+    ckpt, _ = fixture_copy
+    (tmp_path / "secret").write_text("root:x:0:0")
+    (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
+    (ckpt / rel).symlink_to(tmp_path / "secret")
+    with pytest.raises(CheckpointError, match="resolves outside the checkpoint") as info:
+        describe_checkpoint(ckpt)
+    assert info.value.file == rel

@@ -99,6 +99,25 @@ def hub_repo_of(root: Path) -> Path | None:
     return None
 
 
+def storage_roots(root: Path) -> tuple[Path, ...]:
+    """Where a checkpoint's files may really live: its folder, and for a hub cache snapshot its repo's blobs.
+
+    The hub's cache keeps a snapshot (``models--ORG--NAME/snapshots/COMMIT/``) as symlinks into
+    the repository's content-addressed ``blobs/`` folder; those links do not leave the
+    release, while a link anywhere else does. A ``blobs`` that is itself a link, or that
+    resolves outside its repository's folder, is no storage root: through it, "inside the
+    blobs" could mean anywhere on the machine.
+    """
+    real_root = Path(root).resolve()
+    repo_dir = hub_repo_of(root)
+    if repo_dir is None:
+        return (real_root,)
+    blobs = repo_dir / "blobs"
+    if blobs.is_symlink() or not blobs.resolve().is_relative_to(repo_dir.resolve()):
+        return (real_root,)
+    return real_root, blobs.resolve()
+
+
 def blob_name_problem(blob: Path, sha256: str) -> str | None:
     """Why a hub cache blob's name is not its content's digest, or None.
 

@@ -19,7 +19,7 @@ from typing import Any
 from qualify import __version__
 from qualify.checkpoint import files
 from qualify.checkpoint.checksums import sha256_files, thread_map
-from qualify.checkpoint.files import FileEntry, list_checkpoint_files
+from qualify.checkpoint.files import FileEntry, list_checkpoint_files, storage_roots
 from qualify.checkpoint.safetensors_io import INDEX_NAME, Checkpoint, invalid_bools
 from qualify.errors import CheckpointError, ManifestError
 from qualify.mxfp8 import codec as mxfp8
@@ -215,25 +215,6 @@ def _path_problem(path: str) -> str | None:
     if any(part in ("", ".") for part in path.split("/")):
         return "is not normalised (empty or '.' components)"
     return None
-
-
-def storage_roots(root: Path) -> tuple[Path, ...]:
-    """Where a checkpoint's files may really live: its folder, and for a hub cache snapshot its repo's blobs.
-
-    The hub's cache keeps a snapshot (``models--ORG--NAME/snapshots/COMMIT/``) as symlinks into
-    the repository's content-addressed ``blobs/`` folder; those links do not leave the
-    release, while a link anywhere else does. A ``blobs`` that is itself a link, or that
-    resolves outside its repository's folder, is no storage root: through it, "inside the
-    blobs" could mean anywhere on the machine.
-    """
-    real_root = Path(root).resolve()
-    repo_dir = files.hub_repo_of(root)
-    if repo_dir is None:
-        return (real_root,)
-    blobs = repo_dir / "blobs"
-    if blobs.is_symlink() or not blobs.resolve().is_relative_to(repo_dir.resolve()):
-        return (real_root,)
-    return real_root, blobs.resolve()
 
 
 def _resolved(path: Path) -> tuple[Path | None, str | None]:

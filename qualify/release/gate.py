@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.checkpoint.checksums import sha256_files
-from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files
+from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files, storage_roots
 from qualify.errors import CheckpointError, UsageError
 from qualify.release.attestation import DRAFT, PROFILE, REPORT, RUNTIME_IMAGE, Attested
 from qualify.release.checklist import level_of_check
@@ -76,10 +76,16 @@ def describe_checkpoint(root: Path) -> tuple[FileEntry, ...]:
     if not root.is_dir():
         raise UsageError(f"{root}: not a checkpoint directory")
     rels = list_files(root)
+    roots = storage_roots(root)
     for rel in rels:
         if not (root / rel).is_file():
             # The release itself is broken, not the command line: a refusal, not a usage error.
             raise CheckpointError("a broken link or not a regular file; it cannot be hashed", file=rel)
+        resolved = (root / rel).resolve()
+        if not any(resolved.is_relative_to(r) for r in roots):
+            # Whatever its name (a README too): the upload would carry another file's bytes.
+            raise CheckpointError(f"resolves outside the checkpoint (to {resolved}); the release would upload "
+                                  "another file's bytes", file=rel)
     # A file that cannot be read raises CheckpointError naming it: the gate cannot vouch for it.
     digests = sha256_files([root / r for r in rels], labels=rels)
     return tuple(FileEntry(r, digests[root / r], (root / r).stat().st_size) for r in rels)

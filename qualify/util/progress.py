@@ -17,6 +17,8 @@ import time
 from types import TracebackType
 from typing import Any, TextIO
 
+from qualify.util.escape import escape_terminal
+
 
 def _keep_original_stderr() -> TextIO | None:
     """A private handle on stderr as it was when qualify was imported.
@@ -122,7 +124,8 @@ class _Display:
     def _line(self, now: float, tail: str) -> None:
         assert self._lines is not None
         try:
-            print(self._text(max(now - self._start, 1e-9)) + tail, file=self._lines, flush=True)
+            # Escaped like every other line: what a step names may come from a checkpoint.
+            print(escape_terminal(self._text(max(now - self._start, 1e-9)) + tail), file=self._lines, flush=True)
         except (OSError, ValueError):
             self._lines = None  # the log went away; the step itself must not fail for it
 
