@@ -389,8 +389,10 @@ def test_sign_and_verify_round_trip_and_tampering(tmp_path):
 
 def test_an_attestation_file_holds_exactly_one_envelope(tmp_path):
     f = tmp_path / "a.intoto.jsonl"
-    for text, words in [("", "empty"), ("{not json", "not JSON"), ('{"a": 1}\n{"b": 2}\n', "holds 2 lines"),
-                        ('{"payload": "x"}', "not a DSSE envelope")]:
+    for text, words in [("", "empty"), ("{not json", "not valid JSON"), ('{"a": 1}\n{"b": 2}\n', "holds 2 lines"),
+                        ('{"payload": "x"}', "not a DSSE envelope"),
+                        ('{"payload": "x", "payload": "y", "payloadType": "t", "signatures": []}',
+                         "duplicate key 'payload'")]:
         f.write_text(text)
         with pytest.raises(AttestationError, match=words):
             a.read_envelope(f)

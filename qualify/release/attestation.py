@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qualify.errors import AttestationError, HarnessError, SigningKeyError
+from qualify.errors import AttestationError, HarnessError, JsonProblem, SigningKeyError
 from qualify.util.atomic import atomic_write_text
+from qualify.util.jsonio import json_path, parse_strict
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
@@ -367,12 +368,14 @@ def read_envelope(path: Path) -> dict[str, Any]:
     lines = [ln for ln in stripped.splitlines() if ln.strip()]
     if not lines:
         raise AttestationError(f"{path}: the attestation file is empty")
+    if len(lines) > 1:
+        raise AttestationError(f"{path}: holds {len(lines)} lines; exactly one DSSE envelope is expected")
     try:
-        data = json.loads(stripped)
-    except ValueError:
-        if len(lines) > 1:
-            raise AttestationError(f"{path}: holds {len(lines)} lines; exactly one DSSE envelope is expected") from None
-        raise AttestationError(f"{path}: not JSON, so not a DSSE envelope") from None
+        # The one strict reader: a duplicate key is refused, never resolved by the last one winning.
+        data = parse_strict(stripped, text.index(stripped[0]))
+    except JsonProblem as exc:
+        where = f" at {json_path(exc.path)}" if exc.path else ""
+        raise AttestationError(f"{path}: not a readable DSSE envelope: {exc}{where}") from None
     if not isinstance(data, dict) or not {"payload", "payloadType", "signatures"} <= set(data):
         raise AttestationError(f"{path}: not a DSSE envelope (payload, payloadType and signatures are required)")
     return data
@@ -408,9 +411,9 @@ def verify_envelope(envelope: Mapping[str, Any], public_key: Any) -> dict[str, A
         raise AttestationError(f"the signature does not verify with the verify key ({key.keyid}): the attestation "
                                "was altered after it was signed, or forged") from None
     try:
-        statement = json.loads(parsed.payload)
-    except ValueError:
-        raise AttestationError("the signed payload is not JSON") from None
+        statement = parse_strict(parsed.payload.decode("utf-8"), 0)
+    except (UnicodeDecodeError, JsonProblem) as exc:
+        raise AttestationError(f"the signed payload is not a readable JSON statement: {exc}") from None
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise AttestationError(f"the signed payload is not an in-toto Statement v1 ({STATEMENT_TYPE})")
     if statement.get("predicateType") != PREDICATE_TYPE:
