@@ -140,8 +140,13 @@ def _hub_error(exc: Exception, repo: str, revision: str, access: HubAccess) -> H
                     "HF_HUB_OFFLINE=1 to work from the cache, and the evidence will say cache-only)")
 
 
-def resolve(repo: str, revision: str, *, access: HubAccess, token: str | bool | None = None) -> RepoRevision:
-    """The hub's metadata of ``repo`` at commit ``revision`` (every file's size, LFS sha256, blob id). Online only."""
+def resolve(repo: str, revision: str, *, access: HubAccess, token: str | bool | None = None,
+            timeout: float | None = None) -> RepoRevision:
+    """The hub's metadata of ``repo`` at commit ``revision`` (every file's size, LFS sha256, blob id). Online only.
+
+    ``timeout`` (seconds) bounds the request where the answer is optional (a revision check that
+    records "not verified" when the hub does not answer); None is huggingface_hub's default.
+    """
     from huggingface_hub import HfApi
 
     require_commit(revision, repo)
@@ -149,7 +154,7 @@ def resolve(repo: str, revision: str, *, access: HubAccess, token: str | bool | 
         raise HubError(f"{repo}@{revision}: cannot ask the hub for checksums: {access.reason}")
     api = HfApi(endpoint=access.endpoint, token=token)
     try:
-        info = api.model_info(repo, revision=revision, files_metadata=True)
+        info = api.model_info(repo, revision=revision, files_metadata=True, timeout=timeout)
     except Exception as exc:
         raise _hub_error(exc, repo, revision, access) from None
     if info.sha != revision:

@@ -27,6 +27,9 @@ CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
 #: The JUnit XML pytest writes into the run folder, beside report.json.
 JUNIT_NAME = "junit.xml"
 SERVING_LEVELS = LEVELS[LEVELS.index("smoke"):]
+#: How long a local folder's --draft-revision check waits for the hub's metadata: the answer is
+#: optional (without it the revision is recorded as only claimed), so a firewalled hub must not stall a run.
+HUB_REVISION_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -108,7 +111,7 @@ def verify_revision_by_hub(repo: str, revision: str, folder: Path, *,
     if access.mode != hub.ONLINE:
         return None, f"only claimed: not compared with the hub ({access.reason})"
     try:
-        rev = hub.resolve(repo, revision, access=access)
+        rev = hub.resolve(repo, revision, access=access, timeout=HUB_REVISION_TIMEOUT_S)
     except (hub.HubError, UsageError) as exc:
         return None, f"only claimed: the hub's metadata could not be read ({exc})"
     rels = [r for r in list_checkpoint_files(folder) if (folder / r).is_file()]
