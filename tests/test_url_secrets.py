@@ -99,3 +99,12 @@ def test_report_json_keeps_names_exact_while_redacting(tmp_path):
     write_json(run, tmp_path / "report.json")
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["levels"][0]["checks"][0]["evidence"]["findings"][0]["tensor"] == "layers.0\nverdict: qualified"
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_no_request_is_made_to_a_url_with_a_credential(url):
+    """Whatever the URL came from (a profile, a fixture), the client and /metrics fetcher refuse it."""
+    for call in (lambda: client.make_client(url), lambda: client.fetch_text(url + "/metrics", timeout_s=0.1)):
+        with pytest.raises(client.UsageError) as info:
+            call()
+        assert SECRET not in str(info.value) and "carries a credential" in str(info.value)

@@ -148,12 +148,7 @@ def server_root(endpoint: str) -> str:
         parts = urlsplit(endpoint)
     except ValueError as exc:
         raise UsageError(f"endpoint {shown}: {exc}") from None
-    secrets_in_url = url_credentials(endpoint)
-    if secrets_in_url:
-        raise UsageError(
-            f"endpoint {shown} carries a credential in its URL ({', '.join(secrets_in_url)}); the harness never "
-            f"sends credentials in a URL, where request logs and reports would keep them: give the API root "
-            f"alone and the API key in the environment variable {API_KEY_ENV}")
+    refuse_credentials(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"endpoint {shown} is not an http(s) URL (expected http://HOST:PORT/v1)")
     try:
@@ -178,8 +173,14 @@ def check_endpoint(endpoint: str | None, flag: str = "--endpoint") -> None:
 
 
 def make_client(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
-    """An ``openai.OpenAI`` client for the endpoint: every request bounded, never retried."""
+    """An ``openai.OpenAI`` client for the endpoint: every request bounded, never retried.
+
+    Raises:
+        UsageError: the URL carries a credential (from a profile, say); it would be sent in every request.
+    """
     from openai import OpenAI
+
+    refuse_credentials(endpoint)
 
     # vLLM accepts any key unless started with --api-key; the client insists on one. A real key
     # comes from the environment only, and goes in the Authorization header, never the URL.
@@ -187,7 +188,17 @@ def make_client(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     return OpenAI(base_url=endpoint.rstrip("/"), api_key=api_key, timeout=timeout_s, max_retries=0)
 
 
+def refuse_credentials(url: str) -> None:
+    """A :class:`UsageError` (the URL redacted) when ``url`` carries a credential; credentials never go in a URL."""
+    found = url_credentials(url)
+    if found:
+        raise UsageError(f"endpoint {redact(url)!r} carries a credential in its URL ({', '.join(found)}); the harness "
+                         f"never sends credentials in a URL: give the API key in the environment variable "
+                         f"{API_KEY_ENV}")
+
+
 def fetch_text(url: str, timeout_s: float = 30.0) -> str:
+    refuse_credentials(url)
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.read().decode("utf-8")
