@@ -677,3 +677,14 @@ def test_a_report_without_its_attestation_or_with_a_replaced_model_signature_is_
 def test_report_md_says_whether_the_revision_was_verified(signed_run):
     md = (signed_run / "report.md").read_text()
     assert f"- Revision verified ({a.VERIFIED_BY_CONTENT}): the local folder's content revision" in md
+
+
+def test_a_run_that_cannot_be_signed_as_asked_says_why(tmp_path):
+    priv, _ = write_key(tmp_path, "k")
+    (tmp_path / "report.json").write_text(json.dumps(minimal_report()))
+    with pytest.raises(HarnessError, match="no local checkpoint folder to sign"):
+        a.write_attestation(tmp_path, a.load_signing_key(priv), checkpoint=None, sign_checkpoint=True)
+    assert not (tmp_path / a.ATTESTATION_NAME).exists()  # nothing half-written
+    out = a.write_attestation(tmp_path, a.load_signing_key(priv))
+    assert out == tmp_path / a.ATTESTATION_NAME and len(out.read_text().splitlines()) == 1
+    assert not list(tmp_path.glob(".*.tmp"))
