@@ -688,3 +688,16 @@ def test_a_run_that_cannot_be_signed_as_asked_says_why(tmp_path):
     out = a.write_attestation(tmp_path, a.load_signing_key(priv))
     assert out == tmp_path / a.ATTESTATION_NAME and len(out.read_text().splitlines()) == 1
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+def test_the_signing_key_may_be_named_by_the_environment(keys, tmp_path):
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "qualify.cli", "check", str(FIXTURE / "mxfp8"), "--levels", "format",
+                           "--report-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, a.SIGN_KEY_ENV: str(keys["release"][0])})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (attestation,) = tmp_path.glob(f"*/{a.ATTESTATION_NAME}")
+    statement = a.verify_envelope(a.read_envelope(attestation), a.load_verify_key(keys["release"][1]))
+    assert statement["predicate"]["passedTests"] == list(level_checks()["format"])
