@@ -701,3 +701,41 @@ def test_the_signing_key_may_be_named_by_the_environment(keys, tmp_path):
     (attestation,) = tmp_path.glob(f"*/{a.ATTESTATION_NAME}")
     statement = a.verify_envelope(a.read_envelope(attestation), a.load_verify_key(keys["release"][1]))
     assert statement["predicate"]["passedTests"] == list(level_checks()["format"])
+
+
+@pytest.mark.slow
+def test_the_forgery_of_a_failing_run_is_refused(keys, tmp_path, gate):
+    """The hostile case: a run that fails, its report flipped to passed with findings cleared and made-up checks."""
+    broken = tmp_path / "broken"
+    shutil.copytree(FIXTURE / "mxfp8", broken)
+    raw = bytearray((broken / "model.safetensors").read_bytes())
+    raw[-1] ^= 0x40  # the last byte of a kept tensor: checksums and reproduction fail
+    (broken / "model.safetensors").write_bytes(bytes(raw))
+    proc = run_qualify("check", str(broken), "--source", str(FIXTURE / "source"), "--levels", CHECKPOINT_LEVELS,
+                       "--report-dir", str(tmp_path / "reports"), "--sign-key", str(keys["release"][0]))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (run_dir,) = (tmp_path / "reports").glob("*/")
+    code, out, _ = gate(*gate_args(run_dir, keys["release"][1], broken))
+    assert code == 1
+    lines = out.splitlines()
+    assert "refused: the attested result is FAILED: the run's verdict was not qualified" in lines
+    assert "refused: required level reproduction did not pass: reproduction.unquantized_tensors not passed" in lines
+    assert "refused: required level structure did not pass: structure.output_checksums not passed" in lines
+    # The report forged to say otherwise is not the one signed; on its own word it is still refused.
+    report = json.loads((run_dir / "report.json").read_text())
+    for lvl in report["levels"]:
+        lvl["status"] = "passed"
+        for check in lvl["checks"]:
+            check["status"] = "passed"
+            if check.get("evidence"):
+                check["evidence"].update(findings=[], findings_total=0)
+        lvl["checks"].append({**lvl["checks"][0], "id": f"{lvl['name']}.also_fine"})
+    report["verdict"], report["qualified_levels"] = "qualified", [lv["name"] for lv in report["levels"]]
+    (run_dir / "report.json").write_text(json.dumps(report))
+    code, out, _ = gate(str(run_dir / "report.json"), "--verify-key", str(keys["release"][1]), "--checkpoint",
+                        str(broken), *REQUIRE)
+    assert code == 1 and out.splitlines()[0].startswith(f"refused: {run_dir / 'report.json'} is not the report")
+    code, out, _ = gate(str(run_dir / "report.json"), "--checkpoint", str(broken), *REQUIRE, "--allow-unsigned")
+    assert code == 1
+    for level in ("structure", "format", "reproduction"):
+        assert f"refused: check {level}.also_fine: not a check qualify {__version__} defines (made up)" in out
