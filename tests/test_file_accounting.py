@@ -321,3 +321,12 @@ def test_the_gate_refuses_a_never_loaded_file_that_links_out(fixture_copy, tmp_p
     with pytest.raises(CheckpointError, match="resolves outside the checkpoint") as info:
         describe_checkpoint(ckpt)
     assert info.value.file == rel
+
+
+def test_a_fifo_in_the_checkpoint_fails_file_list(fixture_copy):
+    ckpt, _ = fixture_copy
+    os.mkfifo(ckpt / "pipe.json")
+    found = file_list(ckpt)
+    assert ("pipe.json", "is not a regular file (a FIFO, socket or device): nothing can verify what it would "
+            "ship") in found
+    assert any(f == "pipe.json" and "not listed" in msg for f, msg in found)

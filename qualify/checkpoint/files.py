@@ -148,10 +148,11 @@ class FileEntry:
 
 
 def list_checkpoint_files(root: Path) -> list[str]:
-    """Regular files and links under ``root`` as '/'-separated relative paths: everything an upload ships.
+    """Everything under ``root`` but folders, as '/'-separated relative paths: everything an upload ships.
 
     Only ``.git/`` and ``.cache/huggingface/`` are left out (:data:`~qualify.checkpoint.files.SKIPPED_DIRS`).
-    A link to a folder is listed as one entry, never followed.
+    A link to a folder is listed as one entry, never followed; a FIFO, socket or device is listed
+    too (the structure checks refuse it), so that nothing in the folder goes unseen.
     """
     root = Path(root)
     out = []
@@ -159,6 +160,6 @@ def list_checkpoint_files(root: Path) -> list[str]:
         rel = p.relative_to(root).as_posix()
         if skipped(rel):
             continue
-        if p.is_symlink() or p.is_file():
+        if p.is_symlink() or not p.is_dir():
             out.append(rel)
     return out

@@ -398,6 +398,10 @@ def check_file_list(manifest: Manifest, root: Path, *, allow_code: bool = False)
     listed = {f.path for f in manifest.output_files}
     for path in sorted(listed - set(present)):
         ev.add("listed in the manifest but missing from the checkpoint", file=path)
+    for path in present:
+        if not (root / path).is_symlink() and not (root / path).is_file():
+            ev.add("is not a regular file (a FIFO, socket or device): nothing can verify what it would ship",
+                   file=path)
     unlisted = [p for p in present if p not in listed and p != MANIFEST_NAME]
     for path in unlisted:
         if not files.is_never_loaded(path):
