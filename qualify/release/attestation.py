@@ -166,7 +166,7 @@ def _sslib_key(public_key: Any) -> Any:
 
 # ---------------------------------------------------------------- the statement (pure)
 
-def _descriptor(name: str, *, digest: dict[str, str] | None = None, uri: str | None = None,
+def _descriptor(name: str, *, digest: Mapping[str, Any] | None = None, uri: str | None = None,
                 annotations: dict[str, Any] | None = None, media_type: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name}
     if uri:
@@ -226,7 +226,8 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
     checkpoint = report.get("checkpoint") or {}
     subjects = [{"name": f["path"], "digest": {"sha256": f["sha256"]}}
                 for f in sorted(checkpoint.get("files") or [], key=lambda f: f["path"]) if f.get("sha256")]
-    passed, failed = [], []
+    passed: list[str] = []
+    failed: list[str] = []
     for lvl in report.get("levels", []):
         for check in lvl.get("checks", []):
             (passed if check.get("status") == "passed" else failed).append(check["id"])

@@ -149,11 +149,11 @@ def refusals(run: Run, expected: Expected) -> list[str]:
                        f"{expected.harness_version}) knows the checks of its own version only")
     if expected.defined_checks is not None:
         ids_by_level: dict[str, list[str]] = {}
-        for lvl in run.levels:
-            for check in lvl.checks:
-                if check.level != lvl.name:
-                    reasons.append(f"check {check.id} says level {check.level} but is listed under {lvl.name}")
-                ids_by_level.setdefault(lvl.name, []).append(check.id)
+        for result in run.levels:
+            for check in result.checks:
+                if check.level != result.name:
+                    reasons.append(f"check {check.id} says level {check.level} but is listed under {result.name}")
+                ids_by_level.setdefault(result.name, []).append(check.id)
         reasons += check_id_refusals(ids_by_level, expected.required_levels, expected.defined_checks,
                                      expected.harness_version or run.harness_version)
 

@@ -95,7 +95,7 @@ def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resol
     return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict(), revision_verified_by=VERIFIED_BY_HUB)
 
 
-def verify_revision_by_hub(repo: str, revision: str, folder: Path, *,
+def verify_revision_by_hub(repo: str | None, revision: str, folder: Path, *,
                            cache_dir: Path | None = None) -> tuple[str | None, str]:
     """Whether the hub's metadata of ``repo`` at ``revision`` names exactly the files of ``folder``.
 
@@ -107,6 +107,8 @@ def verify_revision_by_hub(repo: str, revision: str, folder: Path, *,
     from qualify.checkpoint import hub
     from qualify.checkpoint.files import is_never_loaded, list_checkpoint_files
 
+    if not repo:
+        return None, "only claimed: the profile names no hub repository to compare it with"
     access = hub.hub_access(cache_dir=cache_dir)
     if access.mode != hub.ONLINE:
         return None, f"only claimed: not compared with the hub ({access.reason})"
@@ -151,6 +153,7 @@ def resolve_checkpoint(opts: RunOptions) -> Resolved:
             revision, source = content, "content of the local folder"
         # A revision given for a local folder is only a claim unless it is the folder's content revision or
         # the hub's metadata at that commit names exactly these bytes.
+        verified: str | None
         if revision == content:
             verified, why = VERIFIED_BY_CONTENT, "the local folder's content revision, computed from its bytes"
         else:
