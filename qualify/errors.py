@@ -91,6 +91,10 @@ class QuantConfigError(CheckpointError):
     """The checkpoint's quantization or model configuration is missing or wrong."""
 
 
+class SourceIdentityError(CheckpointError):
+    """The source folder is not proven to be the repository and revision the profile pins."""
+
+
 class QuantizationError(CheckpointError):
     """A tensor cannot be quantized (non-finite values, a shape MXFP8 cannot block)."""
 
@@ -113,7 +117,13 @@ class JsonProblem(HarnessError):
 
 
 class HubError(HarnessError):
-    """The hub (or the cache standing in for it) cannot give what was asked, at the revision asked."""
+    """The hub (or the cache standing in for it) cannot give what was asked, at the revision asked.
+
+    ``unreachable`` is True when the hub gave no answer at all (network, offline mode), as
+    opposed to an answer that refuses (no such repository, revision or file).
+    """
+
+    unreachable: bool = False
 
 
 class RunFolderExists(HarnessError):

@@ -341,6 +341,22 @@ class Profile:
         return self.source.revision
 
     @cached_property
+    def source_content_revision(self) -> str | None:
+        """``[source] content_revision``: the content revision a local source folder must have, if pinned."""
+        return (self.data.get("source") or {}).get("content_revision") or None
+
+    @cached_property
+    def source_sha256(self) -> dict[str, str]:
+        """``[source.sha256]``: the sha256 each file of a local source folder must have ({} when not pinned)."""
+        return dict((self.data.get("source") or {}).get("sha256") or {})
+
+    @cached_property
+    def allowed_config_changes(self) -> tuple[str, ...]:
+        """``[source] allowed_config_changes``: config.json key paths the conversion may change besides its
+        quantization config."""
+        return tuple((self.data.get("source") or {}).get("allowed_config_changes") or ())
+
+    @cached_property
     def endpoint(self) -> str:
         """The OpenAI-compatible endpoint the serving levels talk to (``$.runtime.endpoint``)."""
         return self.runtime.endpoint

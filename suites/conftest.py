@@ -7,16 +7,20 @@ skipped check never counts as passed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from qualify.checkpoint.identity import IDENTITY_KEYS, NOT_VERIFIED, SourcePins, verify_source
 from qualify.checkpoint.manifest import Manifest, load_manifest, read_manifest_json
 from qualify.checkpoint.quant_config import QuantConfig, read_model_config, read_quant_config
 from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.errors import CheckpointError, SourceIdentityError
 from qualify.profile import Profile, load_profile
+from qualify.report.model import Evidence
 from qualify.run.suite_plugin import find_plugin
 from suites.runtime_fixtures import runtime, runtime_teardown, started_runtime  # noqa: F401  (fixtures)
 from suites.serving_fixtures import *  # noqa: F403  (the serving levels' fixtures)
@@ -39,11 +43,39 @@ def checkpoint_dir(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
-def source_dir(request: pytest.FixtureRequest) -> Path:
+def source_identity(request: pytest.FixtureRequest, profile: Profile) -> Evidence:
+    """Whether the --source folder is proven to be the profile's pinned source; recorded in the run's report."""
     path = request.config.getoption("--source")
     if path is None:
         pytest.skip("no --source given: claims about the source (checksums, coverage, statistics) cannot be verified")
-    return Path(path)
+    ev = verify_source(Path(path), repo=profile.source_repo, revision=profile.source_revision,
+                       pins=SourcePins(profile.source_content_revision, profile.source_sha256),
+                       trust=bool(request.config.getoption("--trust-local-source")))
+    plugin = find_plugin(request.config)
+    if plugin is not None:
+        record = {k: ev.measured[k] for k in IDENTITY_KEYS}
+        checkpoint = request.config.getoption("--checkpoint")
+        with contextlib.suppress(CheckpointError):
+            source = read_manifest_json(Path(checkpoint)).get("source") if checkpoint is not None else None
+            if isinstance(source, dict):
+                record.update(manifest_repo=_text(source.get("repo")), manifest_revision=_text(source.get("revision")))
+        plugin.run.source["identity"] = record
+    return ev
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@pytest.fixture(scope="session")
+def source_dir(request: pytest.FixtureRequest, source_identity: Evidence) -> Path:
+    # Every check that reads the source needs its identity proven first: a different model with a
+    # manifest that agrees with it would otherwise pass every one of them.
+    if not source_identity.ok:
+        first = source_identity.findings[0]
+        message = first.message if first.message.startswith(NOT_VERIFIED) else f"{NOT_VERIFIED}: {first.message}"
+        raise SourceIdentityError(message, file=first.file)
+    return Path(request.config.getoption("--source"))
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,13 @@ def test_manifest_schema(checkpoint_dir, record):
 
 
 def test_source_pinned(manifest_raw, profile, record):
-    """The source is named at an immutable commit, the one the profile qualifies."""
-    record(m.check_source_pinned(manifest_raw, profile.source_revision))
+    """The source is named at an immutable commit, in the repository and at the revision the profile qualifies."""
+    record(m.check_source_pinned(manifest_raw, profile.source_revision, profile.source_repo))
+
+
+def test_source_identity(source_identity, record):
+    """The local source folder is proven to be the pinned repository and revision (profile digests, hub cache, hub)."""
+    record(source_identity)
 
 
 def test_paths(manifest_raw, checkpoint_dir, record):

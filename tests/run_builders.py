@@ -68,6 +68,14 @@ def make_check(level: str, name: str, status: Status = Status.PASSED, measured: 
     return Check(f"{level}.{name}", level, name, status, ev.summary, ev)
 
 
+def verified_identity(repo: str | None, revision: str | None, method: str = "hub cache snapshot and hub",
+                      manifest_repo: str | None = None) -> dict[str, Any]:
+    """The report's source.identity of a source proven to be ``repo`` at ``revision``."""
+    return {"status": "verified", "verified": True, "trusted": False, "method": method, "repo": repo,
+            "revision": revision, "claimed_repo": repo, "claimed_revision": revision,
+            "manifest_repo": manifest_repo or repo, "manifest_revision": revision}
+
+
 def make_run(profile: str = SEED, *, run_id: str = "r-1", files: list[dict[str, Any]] | None = None,
              revision: str | None = DRAFT_REVISION) -> Run:
     p = load_profile(profile)
@@ -77,7 +85,8 @@ def make_run(profile: str = SEED, *, run_id: str = "r-1", files: list[dict[str, 
         profile={"name": p.name, "path": str(p.path), "sha256": p.sha256, "conditions": p.conditions()},
         checkpoint={"path": "/ckpt", "repo": "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8", "revision": revision,
                     "manifest_sha256": "2" * 64, "files": [dict(f) for f in (FILES if files is None else files)]},
-        source={"path": "/src", "files": [{"path": "model.safetensors", "sha256": "5" * 64, "size": 2_400_000_000}]},
+        source={"path": "/src", "files": [{"path": "model.safetensors", "sha256": "5" * 64, "size": 2_400_000_000}],
+                "identity": verified_identity(p.source_repo, p.source_revision)},
         environment={"python": "3.11.7", "platform": "Linux", "packages": {"torch": "2.13.0"}},
     )
 

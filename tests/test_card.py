@@ -159,8 +159,8 @@ def test_a_report_without_runtime_levels_claims_no_runtime_facts_or_conditions()
                                     "the following conditions:")
     for word in ("loading", "smoke inference", "Runtime:", "Hardware:", "The runtime", "1.20 GB", "unsupported"):
         assert word not in card, word
-    assert "- Source: incoai/GLM-5.3-Flash-DFlash2 at immutable revision dc77ff1c99eeb2df044ee3d4f0094eb033fee410" \
-        in card
+    assert ("- Source: incoai/GLM-5.3-Flash-DFlash2 at immutable revision dc77ff1c99eeb2df044ee3d4f0094eb033fee410 "
+            "(identity verified by hub cache snapshot and hub)") in card
 
 
 def test_a_failed_load_level_proves_nothing_even_where_one_of_its_checks_passed():

@@ -182,6 +182,7 @@ def test_qualify_manifest_then_check_qualifies_the_export(export, tmp_path):
     """The user path: `qualify manifest` on a ModelOpt export, then `qualify check` runs every checkpoint level."""
     import shutil
 
+    from qualify.checkpoint.checksums import folder_revision
     from qualify.profile import load_profile
     from tests.helpers import run_qualify
 
@@ -195,7 +196,11 @@ def test_qualify_manifest_then_check_qualifies_the_export(export, tmp_path):
     assert "scale recipe modelopt" in proc.stdout
     profile = tmp_path / "tiny-llama.toml"
     text = load_profile("fixture").path.read_text()
-    profile.write_text(text.replace(load_profile("fixture").source_revision, revision)
+    # The export's source is proven by its content revision, as the fixture's is.
+    fixture = load_profile("fixture")
+    text = text.replace(f'content_revision = "{fixture.source_content_revision}"',
+                        f'content_revision = "{folder_revision(source_dir)}"')
+    profile.write_text(text.replace(fixture.source_revision, revision)
                        .replace('repo = "qualify-fixtures/dflash2-tiny"', 'repo = "qualify-fixtures/tiny-llama"'))
     check = run_qualify("check", str(ckpt), "--source", str(source_dir), "--profile", str(profile),
                         "--report-dir", str(tmp_path / "reports"))

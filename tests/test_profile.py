@@ -419,7 +419,7 @@ def test_wrong_type(tmp_path: Path, fixture_text: str) -> None:
 
 def test_revision_that_is_a_branch_name(tmp_path: Path, fixture_text: str) -> None:
     path = write_variant(
-        tmp_path, fixture_text, 'revision = "d9d86f1821eb6402dd4e82b4f14aba7141275e48"', 'revision = "main"'
+        tmp_path, fixture_text, '\nrevision = "d9d86f1821eb6402dd4e82b4f14aba7141275e48"', '\nrevision = "main"'
     )
     message = profile_error(path)
     assert "$.source.revision: 'main' does not match" in message

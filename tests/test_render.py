@@ -5,6 +5,7 @@ from __future__ import annotations
 from qualify.profile import load_profile
 from qualify.report.markdown import render_markdown, summary_lines, validation_status
 from qualify.report.model import Check, Evidence, LevelResult, Run, Status
+from tests.run_builders import verified_identity
 
 SEED = "glm53-flash-dflash2-mxfp8-tp4"
 
@@ -13,7 +14,8 @@ def run_with(levels: dict[str, Status], profile: str = SEED) -> Run:
     p = load_profile(profile)
     run = Run(run_id="r-1", harness_version="0", started_at="2026-01-01T00:00:00Z",
               profile={"name": p.name, "sha256": p.sha256, "conditions": p.conditions()},
-              checkpoint={"path": "/ckpt", "manifest_sha256": "a" * 64})
+              checkpoint={"path": "/ckpt", "manifest_sha256": "a" * 64},
+              source={"path": "/src", "identity": verified_identity(p.source_repo, p.source_revision)})
     for name, status in levels.items():
         ev = Evidence("rule")
         if status is Status.FAILED:
@@ -37,7 +39,8 @@ def test_a_qualified_seed_run_states_the_seed_conditions():
         "- DFlash linear: B12X MXFP8",
         "- DFlash proposal length: seven tokens",
         "- CUDA graph mode: NONE for the load-and-inference qualification",
-        "- Source: incoai/GLM-5.3-Flash-DFlash2 at immutable revision dc77ff1c99eeb2df044ee3d4f0094eb033fee410",
+        "- Source: incoai/GLM-5.3-Flash-DFlash2 at immutable revision dc77ff1c99eeb2df044ee3d4f0094eb033fee410 "
+        "(identity verified by hub cache snapshot and hub)",
     ):
         assert line in text.splitlines(), line
     assert "Not qualified by this run: runtime throughput, CUDA graph performance" in text

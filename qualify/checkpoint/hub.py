@@ -134,10 +134,15 @@ def _hub_error(exc: Exception, repo: str, revision: str, access: HubAccess) -> H
     if isinstance(exc, RemoteEntryNotFoundError):
         return HubError(f"{repo}@{revision}: a file is missing on the hub ({first})")
     if isinstance(exc, OfflineModeIsEnabled):
-        return HubError(f"{repo}@{revision}: huggingface_hub is in offline mode in this process ({first})")
-    return HubError(f"{repo}@{revision}: the hub at {access.endpoint} could not be reached or answered an error "
+        err = HubError(f"{repo}@{revision}: huggingface_hub is in offline mode in this process ({first})")
+        err.unreachable = True
+        return err
+    err = HubError(f"{repo}@{revision}: the hub at {access.endpoint} could not be reached or answered an error "
                     f"({type(exc).__name__}: {first}); not falling back to the cache silently (set "
                     "HF_HUB_OFFLINE=1 to work from the cache, and the evidence will say cache-only)")
+    # An HTTP error other than the ones above (a 5xx, a proxy's 403) is no answer about the repository either.
+    err.unreachable = True
+    return err
 
 
 def resolve(repo: str, revision: str, *, access: HubAccess, token: str | bool | None = None,

@@ -174,13 +174,25 @@ def check_schema(root: Path) -> Evidence:
     return ev
 
 
-def check_source_pinned(manifest_raw: dict[str, Any], pinned_revision: str | None) -> Evidence:
-    """The source is named at an immutable commit, and it is the one the profile pins."""
+def check_source_pinned(manifest_raw: dict[str, Any], pinned_revision: str | None,
+                        pinned_repo: str | None = None) -> Evidence:
+    """The source is named at an immutable commit, and it is the repository and revision the profile pins.
+
+    A manifest naming another repository at the same revision string is another source: a
+    commit id is only unique within its repository.
+    """
     named = manifest_raw.get("source")
     source: dict[str, Any] = named if isinstance(named, dict) else {}
     revision = source.get("revision")
+    repo = source.get("repo")
     ev = Evidence("the source checkpoint is pinned to an immutable 40-hex commit")
-    ev.measured.update(repo=source.get("repo"), revision=revision)
+    ev.measured.update(repo=repo, revision=revision)
+    if pinned_repo:
+        ev.expected["repo"] = pinned_repo
+        if repo != pinned_repo:
+            shown = "missing" if repo in ("", None) else repr(repo)
+            ev.add(f"source repository is {shown}, not the repository the profile qualifies ({pinned_repo})",
+                   file=MANIFEST_NAME)
     if not is_commit(revision):
         shown = "empty" if revision in ("", None) else repr(revision)
         ev.add(

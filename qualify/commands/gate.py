@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the commit about to be released: must equal the draft revision the run verified (40 hex)")
     p.add_argument("--allow-unpinned", action="store_true",
                    help="accept a run whose runtime ran from a moving image tag or revision (not reproducible)")
+    p.add_argument("--allow-untrusted-source", action="store_true",
+                   help="accept a run whose source folder was trusted on --trust-local-source without proof of its "
+                   "identity")
     p.set_defaults(func=run)
 
 
@@ -166,7 +169,8 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
             reasons.append(f"{args.report} is not the report the attestation signed (sha256 {actual[:12]}..., signed "
                            f"{(signed or '(none)')[:12]}...): it was altered after signing or belongs to another run")
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision,  # type: ignore[arg-type]
-                        profile_sha256=profile_sha, allow_unpinned=args.allow_unpinned)
+                        profile_sha256=profile_sha, allow_unpinned=args.allow_unpinned,
+                        allow_untrusted_source=args.allow_untrusted_source)
     reasons += attestation_refusals(att, expected, version=__version__, defined=level_checks())
     signature = att.config.get(MODEL_SIGNATURE)
     if signature is not None:
@@ -206,6 +210,7 @@ def _gate_report(args: argparse.Namespace) -> int:
         return _refuse(reasons, unsigned=True)
     expected = Expected(required_levels=tuple(required), checkpoint_files=files, revision=revision,  # type: ignore[arg-type]
                         profile_sha256=profile_sha, allow_unpinned=args.allow_unpinned,
+                        allow_untrusted_source=args.allow_untrusted_source,
                         defined_checks=level_checks(), harness_version=__version__)
     reasons = stored_contradictions(stored, report)
     reasons += refusals(report, expected)

@@ -31,6 +31,10 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
     """The options ``qualify run`` and ``qualify check`` share."""
     p.add_argument("--source", type=Path, help="the source (unquantized) checkpoint directory at its pinned revision "
                    "(default: the hub at the profile's source revision)")
+    p.add_argument("--trust-local-source", action="store_true",
+                   help="go on with a --source folder whose identity no proof establishes (no digests pinned in the "
+                   "profile, not a hub cache snapshot, hub unreachable); the report and card say so, and qualify gate "
+                   "refuses the report unless --allow-untrusted-source")
     p.add_argument("--profile", default="fixture", help="profile name or path to a .toml (default: fixture)")
     p.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS,
                    help="parent folder of the run folder (default: reports)")
@@ -103,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         profile=profile, levels=parse_levels(args.levels, default), report_dir=args.report_dir,
         checkpoint=args.checkpoint, source=args.source, target=args.target, draft_revision=args.draft_revision,
         image_digest=args.image_digest, allow_unpinned=args.allow_unpinned, hf_cache=args.hf_cache,
+        trust_local_source=args.trust_local_source,
         endpoint=args.endpoint, reference_endpoint=args.reference_endpoint, source_endpoint=args.source_endpoint,
         junit_xml=args.junit_xml,
         command=["qualify", *sys.argv[1:]], fetch_source=args.default_levels == "run",

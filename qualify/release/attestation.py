@@ -181,6 +181,19 @@ def _descriptor(name: str, *, digest: Mapping[str, Any] | None = None, uri: str 
     return out
 
 
+def _source_descriptor(source: dict[str, Any]) -> dict[str, Any]:
+    """The source as the run proved it: a repository and commit only when ``source.identity`` verified them."""
+    identity = source.get("identity")
+    if not isinstance(identity, dict):
+        # No check read the source (or the report predates the identity record): the pin is the profile's.
+        return _descriptor(SOURCE, uri=_hub_uri(source.get("repo")), digest=_git_commit(source.get("revision")),
+                           annotations={"identity": "not read"})
+    verified = identity.get("status") == "verified"
+    return _descriptor(SOURCE, uri=_hub_uri(identity.get("repo")) if verified else None,
+                       digest=_git_commit(identity.get("revision")) if verified else None,
+                       annotations={"identity": identity.get("status"), "method": identity.get("method")})
+
+
 def _hub_uri(repo: str | None) -> str | None:
     return f"https://huggingface.co/{repo}" if repo else None
 
@@ -253,7 +266,7 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
             "revisionVerifiedBy": checkpoint.get("revision_verified_by"),
             "revisionVerification": checkpoint.get("revision_verification"), "obtained": checkpoint.get("obtained"),
             "unhashedFiles": unhashed}),
-        _descriptor(SOURCE, uri=_hub_uri(source.get("repo")), digest=_git_commit(source.get("revision"))),
+        _source_descriptor(source),
         _descriptor(TARGET, uri=_hub_uri(target.get("repo")), digest=_git_commit(target.get("revision"))),
         _descriptor(RUNTIME_IMAGE, digest=image_digest, annotations=image_notes),
     ]

@@ -7,6 +7,8 @@ refuses unless every one of these holds, and names each one that does not:
 - the report validates against its schema and its stored verdict recomputes from its
   checks (:func:`qualify.report.model.read_json`), and the verdict is "qualified";
 - the run was not interrupted and recorded no harness errors;
+- the source folder was proven to be the pinned revision (``source.identity``); one trusted
+  on ``--trust-local-source`` without proof is refused unless ``--allow-untrusted-source``;
 - every required level is in the report and ``passed`` (failed, skipped, error,
   not-run or missing are refusals). The required levels are ``--require``, else the
   shipped profile's ``levels.required`` -- never the run's own list, since
@@ -38,7 +40,7 @@ from pathlib import Path
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files, storage_roots
 from qualify.errors import CheckpointError, UsageError
-from qualify.release.attestation import DRAFT, PROFILE, REPORT, RUNTIME_IMAGE, Attested
+from qualify.release.attestation import DRAFT, PROFILE, REPORT, RUNTIME_IMAGE, SOURCE, Attested
 from qualify.release.checklist import level_of_check
 from qualify.report.model import LEVELS, Run, Status, Verdict
 from qualify.util.identifiers import is_commit
@@ -56,6 +58,7 @@ class Expected:
     # Each level's check ids as this harness defines them (checklist.level_checks), and its version.
     defined_checks: Mapping[str, Sequence[str]] | None = None
     harness_version: str | None = None
+    allow_untrusted_source: bool = False  # accept a run whose source folder was trusted without proof
 
 
 def is_load_relevant(rel: str) -> bool:
@@ -143,6 +146,7 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         moving = "; ".join(str(u) for u in (runtime.get("plan") or {}).get("unpinned") or []) or "unpinned"
         reasons.append(f"the runtime was launched unpinned, so the run is not reproducible ({moving}); pin the "
                        "image digest and revisions, or pass --allow-unpinned to accept that")
+    reasons.extend(source_refusals(run, allow_untrusted=expected.allow_untrusted_source))
 
     if expected.harness_version is not None and run.harness_version != expected.harness_version:
         reasons.append(f"the report was made by qualify {run.harness_version}; this gate (qualify "
@@ -195,6 +199,33 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         # Unreachable by the rules above; kept so that no future rule can let a "not qualified" report through.
         reasons.append("the report's verdict is not qualified")
     return reasons
+
+
+def source_statuses(run: Run) -> set[str]:
+    """The source identity statuses the report records: its ``source.identity`` and every source_identity check's."""
+    found = set()
+    ident = run.source.get("identity")
+    if isinstance(ident, dict) and isinstance(ident.get("status"), str):
+        found.add(ident["status"])
+    for lvl in run.levels:
+        for c in lvl.checks:
+            status = c.evidence.measured.get("status") if c.evidence is not None else None
+            if c.id.endswith(".source_identity") and isinstance(status, str):
+                found.add(status)
+    return found
+
+
+def source_refusals(run: Run, *, allow_untrusted: bool) -> list[str]:
+    """A source that no proof tied to its pin: refused, unless trusted explicitly and accepted explicitly."""
+    statuses = source_statuses(run)
+    out = []
+    if "not verified" in statuses:
+        out.append("the source identity was not verified: nothing shows the source folder was the pinned revision")
+    if "trusted" in statuses and not allow_untrusted:
+        out.append("the source folder was trusted on --trust-local-source without proof that it is the pinned "
+                   "revision; prove it (profile digests, a hub cache snapshot or the hub), or pass "
+                   "--allow-untrusted-source to accept that")
+    return out
 
 
 def stored_contradictions(data: dict, run: Run) -> list[str]:
@@ -318,6 +349,13 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
         reasons.append(f"the run was made under profile {att.profile_name} with sha256 "
                        f"{profile_sha or '(none recorded)'}, but the shipped profile of that name has sha256 "
                        f"{expected.profile_sha256}: its conditions are not the ones this release is qualified under")
+    identity = att.annotation(SOURCE, "identity")
+    if identity == "not verified":
+        reasons.append("the source identity was not verified: nothing shows the source folder was the pinned revision")
+    elif identity == "trusted" and not expected.allow_untrusted_source:
+        reasons.append("the source folder was trusted on --trust-local-source without proof that it is the pinned "
+                       "revision; prove it (profile digests, a hub cache snapshot or the hub), or pass "
+                       "--allow-untrusted-source to accept that")
     if att.annotation(RUNTIME_IMAGE, "reproducible") is False and not expected.allow_unpinned:
         reasons.append("the runtime was launched unpinned, so the run is not reproducible; pin the image digest and "
                        "revisions, or pass --allow-unpinned to accept that")

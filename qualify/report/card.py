@@ -50,7 +50,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from qualify.report.model import LEVEL_TITLES, Check, Run, Status, Verdict
+from qualify.report.model import LEVEL_TITLES, SOURCE_NOT_VERIFIED, Check, Run, Status, Verdict
 from qualify.util.escape import escape_markdown
 
 #: Levels that need the runtime; their conditions (target, image, GPUs, backends) only apply to them.
@@ -138,9 +138,7 @@ def checkpoint_conditions(run: Run) -> list[str]:
         manifest = (f" (conversion_manifest.json sha256 {escape_markdown(ck['manifest_sha256'])})"
                     if ck.get("manifest_sha256") else "")
         lines.append(f"- Checkpoint: {escape_markdown(what)}{manifest}")
-    if src.get("repo"):
-        at = f" at immutable revision {escape_markdown(src['revision'])}" if src.get("revision") else ""
-        lines.append(f"- Source: {escape_markdown(src['repo'])}{at}")
+    lines += source_lines(run, pinned=src)
     f = c.get("format") or {}
     if f:
         excluded = ", ".join(escape_markdown(m) for m in f.get("excluded_modules") or []) or "none"
@@ -153,6 +151,50 @@ def checkpoint_conditions(run: Run) -> list[str]:
     if recipe:
         lines.append(f"- Reproduced with the reference quantizer's '{escape_markdown(recipe)}' scale recipe")
     return lines
+
+
+def source_identity(run: Run) -> dict[str, Any] | None:
+    """The report's ``source.identity`` record, or None when no check read the source."""
+    ident = run.source.get("identity")
+    return ident if isinstance(ident, dict) else None
+
+
+def source_lines(run: Run, *, pinned: dict[str, Any]) -> list[str]:
+    """The source as this run proved it: the repository and revision verified, never merely the profile's pin.
+
+    ``pinned`` is the profile's ``{"repo", "revision"}``. Without a verified identity the line says
+    "source identity not verified"; a manifest naming another source than the verified one is said too.
+    """
+    ident = source_identity(run)
+    want = f"{pinned.get('repo')} at {pinned.get('revision')}" if pinned.get("repo") else None
+    if ident is None:
+        if run.source.get("path"):
+            return [f"- Source: {SOURCE_NOT_VERIFIED}" + (f" (the profile pins {want})" if want else "")]
+        return [f"- Source: {want}, pinned by the profile; not read by this run"] if want else []
+    if ident.get("status") == "verified":
+        lines = [f"- Source: {ident.get('repo')} at immutable revision {ident.get('revision')} "
+                 f"(identity verified by {ident.get('method')})"]
+    elif ident.get("status") == "trusted":
+        lines = [f"- Source: {SOURCE_NOT_VERIFIED}; the local folder was trusted on --trust-local-source"
+                 + (f" as {want}" if want else "")]
+    else:
+        lines = [f"- Source: {SOURCE_NOT_VERIFIED}" + (f" (the profile pins {want})" if want else "")]
+    named = (ident.get("manifest_repo"), ident.get("manifest_revision"))
+    proven = (ident.get("repo"), ident.get("revision")) if ident.get("status") == "verified" else None
+    if named[0] is not None and named != (proven or (pinned.get("repo"), pinned.get("revision"))):
+        lines.append(f"- The manifest names source {named[0]} at {named[1]}, which is not the "
+                     + ("verified source" if proven else "profile's pinned source"))
+    return lines
+
+
+def source_identity_note(run: Run) -> str | None:
+    """Say so when the run went on with a source folder no proof established (--trust-local-source)."""
+    ident = source_identity(run)
+    if ident is None or ident.get("status") != "trusted":
+        return None
+    head = SOURCE_NOT_VERIFIED[:1].upper() + SOURCE_NOT_VERIFIED[1:]
+    return (f"{head}: the source folder was trusted on --trust-local-source without proof that it is the pinned "
+            "revision; prove it (profile digests, a hub cache snapshot or the hub) for a release.")
 
 
 def runtime_conditions(conditions: dict[str, Any]) -> list[str]:
@@ -408,7 +450,7 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     paragraph = []
     if facts:
         paragraph.append(f"The runtime {join_words(facts)}.")
-    for note in (reproducibility_note(run), exercised_note(run)):
+    for note in (reproducibility_note(run), exercised_note(run), source_identity_note(run)):
         if note:
             paragraph.append(note)
     nq = not_qualified_sentence(run, after_smoke=after_smoke)

@@ -8,6 +8,8 @@ from qualify.report.card import (
     join_words,
     reproducibility_note,
     runtime_conditions,
+    source_identity_note,
+    source_lines,
     status_head,
 )
 from qualify.report.model import LEVEL_TITLES, LEVELS, Check, LevelResult, Run, Status
@@ -42,9 +44,9 @@ def validation_status(run: Run) -> str:
     not_passed = [f"{lvl.title} ({lvl.status})" for lvl in required if lvl.status is not Status.PASSED]
     out = [status_head(run, passed, not_passed)]
     out.extend(condition_lines(run))
-    note = reproducibility_note(run)
-    if note:
-        out += ["", note]
+    for note in (reproducibility_note(run), source_identity_note(run)):
+        if note:
+            out += ["", note]
     ran = {lvl.name for lvl in run.levels}
     conditions = run.profile.get("conditions") or {}
     not_qualified = [str(x) for x in conditions.get("not_qualified") or []]
@@ -253,9 +255,9 @@ def render_markdown(run: Run) -> str:
         verdict = f"verified ({ck['revision_verified_by']})" if ck.get("revision_verified_by") else "not verified"
         out.append(f"- Revision {verdict}: {escape_markdown(how)}")
     src = run.source
-    if src.get("path") or src.get("repo"):
-        out.append(f"- Source: {markdown_code(src.get('repo') or src.get('path'))}"
-                   + (f" at {markdown_code(src['revision'])}" if src.get("revision") else ""))
+    if src.get("path"):
+        out.append(f"- Source path: {markdown_code(src['path'])}")
+    out += source_lines(run, pinned=(run.profile.get("conditions") or {}).get("source") or {})
     files = ck.get("files") or []
     if files:
         out += ["", "| file | size | sha256 |", "|---|---|---|"]

@@ -64,6 +64,10 @@ def parse_levels(text: str | None, default: tuple[str, ...] | list[str]) -> list
     return levels
 
 
+#: The words a report, its Markdown and the model card use for a source folder that no proof tied to its pin.
+SOURCE_NOT_VERIFIED = "source identity not verified"
+
+
 class Status(StrEnum):
     PASSED = "passed"
     FAILED = "failed"

@@ -46,6 +46,7 @@ class RunOptions:
     draft_revision: str | None = None
     image_digest: str | None = None
     allow_unpinned: bool = False
+    trust_local_source: bool = False  # a --source whose identity no proof establishes may be used (recorded)
     hf_cache: Path | None = None  # a hub cache: downloads land there, and the runtime mounts it
     endpoint: str | None = None
     reference_endpoint: str | None = None
@@ -172,7 +173,9 @@ def resolve_source(opts: RunOptions) -> Resolved:
     if opts.source is not None:
         if not opts.source.is_dir():
             raise UsageError(f"{opts.source}: not a source checkpoint directory")
-        return Resolved(opts.source, repo, revision, "profile", "local folder")
+        # The profile's pin is what the folder must be, not what it is: the structure level's
+        # source_identity check proves it (or not), and the report's source.identity says which.
+        return Resolved(opts.source, repo, revision, "profile (to be proven by source identity)", "local folder")
     if (not opts.fetch_source or not any(lv in CHECKPOINT_LEVELS for lv in opts.levels) or repo is None
             or revision is None):
         return Resolved(None, repo, revision, "profile", "not needed")
@@ -192,6 +195,8 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
             out.append(f"{flag}={value}")
     if opts.allow_unpinned:
         out.append("--allow-unpinned")
+    if opts.trust_local_source:
+        out.append("--trust-local-source")
     if opts.image_digest is None and "load" in opts.levels and opts.profile.image_build \
             and not opts.profile.runtime.image_digest:
         # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.

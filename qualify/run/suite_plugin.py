@@ -45,6 +45,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--checkpoint", type=Path, default=None, help="the checkpoint directory to qualify")
     group.addoption("--source", type=Path, default=None, help="the source (unquantized) checkpoint directory")
     group.addoption("--profile", default=None, help="qualification profile: a shipped name or a .toml path")
+    group.addoption("--trust-local-source", action="store_true", default=False,
+                    help="go on with a --source folder whose identity no proof establishes; the report and card "
+                    "say so, and qualify gate refuses it unless --allow-untrusted-source")
     group.addoption("--report-dir", type=Path, default=None, help="write report.json and report.md here")
     group.addoption("--levels", default=None, help="comma-separated levels to run (default: the profile's)")
     group.addoption("--endpoint", default=None, help="OpenAI endpoint (default: the profile's runtime.endpoint)")

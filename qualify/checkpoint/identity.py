@@ -1,0 +1,370 @@
+"""Source identity: proof that a local source folder *is* the repository and revision the profile pins.
+
+A manifest names its source (repository, commit, every file's sha256), but the manifest is
+written by the conversion under test: a different model, converted, with a manifest naming
+the pinned revision, agrees with itself everywhere. So before any check that reads the
+source may pass, the folder is tied to the profile's pin by something the conversion did
+not write. Accepted proofs, tried in this order:
+
+1. **The profile's pinned digests** (``[source] content_revision``: the folder's
+   :func:`~qualify.checkpoint.checksums.folder_revision`; ``[source.sha256]``: every file's
+   sha256). When a profile pins digests they decide: a folder that differs is not the source.
+2. **A Hugging Face cache snapshot** (``models--ORG--NAME/snapshots/COMMIT/``): the
+   repository folder is the pinned repository's, the commit folder is the pinned revision,
+   and every file is a link into that repository's own ``blobs/`` whose name is its
+   content's digest (sha256 for LFS files, the git blob sha1 for files kept in git). When
+   the hub can be asked, its per-file digests at the revision must agree as well; a hub
+   that cannot be reached leaves the layout's proof, and the evidence says so.
+3. **The hub** (online): every local file's sha256 (LFS) or git blob id equals the hub's at
+   the pinned revision, and every load-relevant file the hub lists is present.
+
+Without any of them the identity is *not verified*, and the source checks cannot pass;
+``--trust-local-source`` lets a run go on, and the report, the card and ``qualify gate``
+say so. The decision functions here are pure (digests in, findings out); the I/O is in
+:func:`verify_source` and the per-proof functions it calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from qualify.checkpoint.checksums import content_revision, sha256_files
+from qualify.errors import CheckpointError
+from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
+
+#: The words every report and card uses when no proof held.
+NOT_VERIFIED = SOURCE_NOT_VERIFIED
+
+PROFILE_DIGESTS = "profile digests"
+HUB_CACHE = "hub cache snapshot"
+HUB = "hub"
+TRUSTED = "trusted (--trust-local-source)"
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_SHA1 = re.compile(r"[0-9a-f]{40}")
+#: Files the hub lists whose absence locally means the folder is not the whole revision.
+_LOAD_RELEVANT = (".safetensors", ".json", ".bin", ".pt", ".pth", ".py", ".model", ".tiktoken", ".txt")
+
+
+@dataclass(frozen=True)
+class SourcePins:
+    """The digests a profile pins for its source (``[source] content_revision`` and ``[source.sha256]``)."""
+
+    content_revision: str | None = None
+    sha256: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.content_revision or self.sha256)
+
+
+@dataclass(frozen=True)
+class SnapshotPath:
+    """Where a hub cache snapshot folder says it comes from."""
+
+    repo_folder: str  # "models--ORG--NAME"
+    commit: str  # the snapshot folder's name
+    repo_dir: Path  # .../models--ORG--NAME
+
+
+def repo_folder_name(repo: str) -> str:
+    """The cache folder huggingface_hub keeps model ``repo`` in (``org/name`` -> ``models--org--name``)."""
+    return "models--" + repo.replace("/", "--")
+
+
+def snapshot_path(root: Path) -> SnapshotPath | None:
+    """The snapshot ``root`` is, if it sits at ``models--ORG--NAME/snapshots/COMMIT``; None otherwise."""
+    root = Path(root).absolute()
+    snapshots, repo_dir = root.parent, root.parent.parent
+    if snapshots.name != "snapshots" or not repo_dir.name.startswith("models--"):
+        return None
+    return SnapshotPath(repo_dir.name, root.name, repo_dir)
+
+
+# ----------------------------------------------------------------------------- pure decisions
+
+
+def pin_findings(digests: Mapping[str, str], pins: SourcePins) -> list[tuple[str, str | None]]:
+    """What in ``digests`` ({relative path: sha256}) contradicts ``pins``, as (message, file) pairs.
+
+    ``content_revision`` is compared with :func:`content_revision` of every file; with
+    ``sha256`` pins, the folder must hold exactly the pinned files with those digests.
+    """
+    out: list[tuple[str, str | None]] = []
+    if pins.content_revision:
+        got = content_revision(digests)
+        if got != pins.content_revision:
+            out.append((f"the folder's content revision is {got}, the profile pins {pins.content_revision} "
+                        f"(over {len(digests)} files): this is not the pinned source", None))
+    for path, want in sorted(pins.sha256.items()):
+        got = digests.get(path)
+        if got is None:
+            out.append(("pinned by the profile but missing from the source folder", path))
+        elif got != want:
+            out.append((f"sha256 is {got}, the profile pins {want}", path))
+    if pins.sha256:
+        # Dot-folders hold download metadata (.cache/huggingface, .git), never loaded.
+        loaded = {p for p in digests if not any(part.startswith(".") for part in PurePosixPath(p).parts[:-1])}
+        for path in sorted(loaded - set(pins.sha256)):
+            out.append(("in the source folder but not pinned by the profile: its content is unverified", path))
+    return out
+
+
+def snapshot_findings(snap: SnapshotPath, repo: str | None, revision: str | None) -> list[str]:
+    """The snapshot's repository folder and commit folder against the pinned repository and revision."""
+    out = []
+    want = repo_folder_name(repo) if repo else None
+    if want is None:
+        out.append("the profile names no source repository to compare the snapshot's with")
+    elif snap.repo_folder != want:
+        out.append(f"the snapshot is of repository folder {snap.repo_folder!r}, the profile's source {repo} is "
+                   f"kept in {want!r}")
+    if revision is None:
+        out.append("the profile pins no source revision to compare the snapshot's commit with")
+    elif snap.commit != revision:
+        out.append(f"the snapshot is of commit {snap.commit!r}, not the pinned revision {revision}")
+    return out
+
+
+def blob_findings(rel: str, blob_name: str, sha256: str, git_sha1: str) -> str | None:
+    """Why the blob a snapshot file links to does not prove its content, or None when it does.
+
+    huggingface_hub names a blob by its ETag: the LFS object's sha256, or the git blob sha1
+    for files kept in git. Either digest must be the content's.
+    """
+    if _SHA256.fullmatch(blob_name):
+        return None if blob_name == sha256 else (f"its blob is named {blob_name}, but its content's sha256 is "
+                                                 f"{sha256}: the cache entry is not the file it names")
+    if _SHA1.fullmatch(blob_name):
+        return None if blob_name == git_sha1 else (f"its blob is named {blob_name}, but its content's git blob "
+                                                   f"sha1 is {git_sha1}: the cache entry is not the file it names")
+    return f"its blob name {blob_name!r} is not a content digest (64-hex sha256 or 40-hex git blob sha1)"
+
+
+def hub_findings(
+    local: Mapping[str, tuple[str, str, int]], hub_files: Mapping[str, Any], commit: str
+) -> list[tuple[str, str | None]]:
+    """Local files {path: (sha256, git blob sha1, size)} against the hub's {path: HubFile} at ``commit``."""
+    out: list[tuple[str, str | None]] = []
+    if not hub_files:
+        out.append((f"the hub lists no files at {commit}", None))
+    for path, (sha, blob, size) in sorted(local.items()):
+        h = hub_files.get(path)
+        if h is None:
+            out.append((f"not in the hub's repository at {commit}", path))
+            continue
+        if h.size is not None and h.size != size:
+            out.append((f"size is {size}, the hub's at {commit} is {h.size}", path))
+        elif h.sha256 is not None:
+            if h.sha256 != sha:
+                out.append((f"sha256 is {sha}, the hub's LFS sha256 at {commit} is {h.sha256}", path))
+        elif h.blob_id is not None:
+            if h.blob_id != blob:
+                out.append((f"git blob sha1 is {blob}, the hub's at {commit} is {h.blob_id}", path))
+        else:
+            out.append((f"the hub gives no digest for it at {commit}", path))
+    for path in sorted(set(hub_files) - set(local)):
+        if PurePosixPath(path).name.lower().endswith(_LOAD_RELEVANT):
+            out.append((f"in the hub's repository at {commit} but missing from the source folder", path))
+    return out
+
+
+# ----------------------------------------------------------------------------- I/O
+
+
+def _files(root: Path) -> list[str]:
+    # Every file, links included (a snapshot is made of them); dot-folders hold download
+    # metadata (.cache/huggingface), never loaded. Kept in step with the manifest's listing.
+    from qualify.checkpoint.manifest import list_checkpoint_files
+
+    return list_checkpoint_files(root)
+
+
+def _digests(root: Path, rels: list[str]) -> dict[str, str]:
+    paths = [root / r for r in rels]
+    digests = sha256_files(paths, labels=rels)
+    return {r: digests[p] for r, p in zip(rels, paths, strict=True)}
+
+
+def _git_blob_sha1(path: Path) -> str:
+    h = hashlib.sha1(usedforsecurity=False)
+    h.update(b"blob %d\0" % path.stat().st_size)
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_pins(ev: Evidence, root: Path, rels: list[str], pins: SourcePins) -> None:
+    # The content revision covers every regular file, as folder_revision computes it.
+    from qualify.checkpoint.checksums import folder_digests
+
+    digests = folder_digests(root) if pins.content_revision else _digests(root, rels)
+    for message, file in pin_findings(digests, pins):
+        ev.add(message, file=file)
+    ev.measured["content_revision"] = content_revision(digests)
+    ev.measured["files_compared"] = len(digests)
+    ev.expected.update({k: v for k, v in (("content_revision", pins.content_revision),
+                                          ("sha256", dict(pins.sha256) or None)) if v})
+
+
+def _check_snapshot(ev: Evidence, root: Path, rels: list[str], snap: SnapshotPath, repo: str | None,
+                    revision: str | None) -> None:
+    for message in snapshot_findings(snap, repo, revision):
+        ev.add(message)
+    blobs = (snap.repo_dir / "blobs").resolve()
+    linked: list[tuple[str, Path]] = []
+    for rel in rels:
+        path = root / rel
+        if not path.is_symlink():
+            ev.add("a plain file, not a link into the repository's blobs: the cache does not vouch for it", file=rel)
+            continue
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError) as exc:
+            ev.add(f"its link cannot be followed: {exc}", file=rel)
+            continue
+        if target.parent != blobs:
+            ev.add(f"links to {target}, outside the repository's blobs folder {blobs}", file=rel)
+            continue
+        linked.append((rel, target))
+    try:
+        digests = sha256_files([t for _, t in linked], labels=[r for r, _ in linked])
+    except CheckpointError as exc:
+        ev.add(exc.detail, file=exc.file)
+        return
+    for rel, target in linked:
+        problem = blob_findings(rel, target.name, digests[target],
+                                _git_blob_sha1(target) if _SHA1.fullmatch(target.name) else "")
+        if problem:
+            ev.add(problem, file=rel)
+    refs = snap.repo_dir / "refs"
+    if refs.is_dir():
+        ev.measured["refs"] = {p.relative_to(refs).as_posix(): p.read_text(errors="replace").strip()[:64]
+                               for p in sorted(refs.rglob("*")) if p.is_file()}
+    ev.measured.update(snapshot_repo_folder=snap.repo_folder, snapshot_commit=snap.commit, files_linked=len(linked))
+    if not rels:
+        ev.add("the snapshot holds no files")
+
+
+def _check_hub(ev: Evidence, root: Path, rels: list[str], repo: str, revision: str, access: Any,
+               token: str | bool | None) -> bool:
+    """Compare with the hub; False when the hub could not be reached (nothing compared)."""
+    from qualify.checkpoint import hub
+
+    try:
+        rev = hub.resolve(repo, revision, access=access, token=token)
+    except hub.HubError as exc:
+        if exc.unreachable:
+            ev.measured["hub"] = {"consulted": False, "reason": str(exc), "access": access.to_dict()}
+            return False
+        ev.add(str(exc))
+        ev.measured["hub"] = {"consulted": True, "access": access.to_dict()}
+        return True
+    local = {}
+    sha = _digests(root, rels)
+    for rel in rels:
+        path = root / rel
+        local[rel] = (sha[rel], _git_blob_sha1(path), path.stat().st_size)
+    for message, file in hub_findings(local, rev.files, rev.commit):
+        ev.add(message, file=file)
+    ev.measured["hub"] = {"consulted": True, "commit": rev.commit, "files": len(rev.files),
+                          "access": access.to_dict()}
+    return True
+
+
+def verify_source(
+    root: Path,
+    *,
+    repo: str | None,
+    revision: str | None,
+    pins: SourcePins,
+    trust: bool = False,
+    hub_endpoint: str | None = None,
+    token: str | bool | None = None,
+) -> Evidence:
+    """Prove that the folder ``root`` is ``repo`` at ``revision``; the evidence says how, or that it could not.
+
+    ``measured`` carries the record the report keeps (:func:`identity_record`): ``verified``,
+    ``method``, ``trusted``, and the repository and revision proven. Findings mean the
+    identity is not verified; ``trust`` (``--trust-local-source``) turns an identity that
+    no proof could establish into a pass that says so, but never one that a proof refuted.
+
+    Raises:
+        CheckpointError: a file of the folder cannot be read.
+    """
+    from qualify.checkpoint import hub
+
+    root = Path(root)
+    pinned = f"{repo or '(no repository)'} at {revision or '(no revision)'}"
+    ev = Evidence(f"the source folder is proven to be {pinned}")
+    ev.expected.update(repo=repo, revision=revision)
+    rels = _files(root)
+    method: str | None = None
+    refuted = False
+    if not rels:
+        ev.add("the source folder holds no files")
+        refuted = True
+    elif pins.any:
+        method = PROFILE_DIGESTS
+        _check_pins(ev, root, rels, pins)
+        refuted = not ev.ok
+    elif (snap := snapshot_path(root)) is not None:
+        method = HUB_CACHE
+        _check_snapshot(ev, root, rels, snap, repo, revision)
+        refuted = not ev.ok
+        access = hub.hub_access(endpoint=hub_endpoint)
+        if ev.ok and repo and revision and access.mode == hub.ONLINE:
+            if _check_hub(ev, root, rels, repo, revision, access, token) and ev.ok:
+                method = f"{HUB_CACHE} and {HUB}"
+            refuted = not ev.ok
+    elif repo and revision:
+        access = hub.hub_access(endpoint=hub_endpoint)
+        if access.mode == hub.ONLINE:
+            if _check_hub(ev, root, rels, repo, revision, access, token):
+                method = HUB
+                refuted = not ev.ok
+        else:
+            ev.measured["hub"] = {"consulted": False, "reason": access.reason, "access": access.to_dict()}
+    verified = method is not None and ev.ok
+    if not verified and not refuted:
+        why = ("the profile pins no digests for it, it is not a hub cache snapshot, and the hub could not be "
+               "asked" + (f" ({ev.measured['hub']['reason']})" if "hub" in ev.measured else ""))
+        if trust:
+            ev.summary = f"{NOT_VERIFIED}: trusted on --trust-local-source ({why})"
+        else:
+            ev.add(f"{NOT_VERIFIED}: {why}; pin its digests in the profile ([source] content_revision or "
+                   "[source.sha256]), use a hub cache snapshot, or pass --trust-local-source to go on "
+                   "without proof (the report and card then say so, and qualify gate refuses it)")
+    elif not verified:
+        ev.summary = (f"{NOT_VERIFIED}: the {method} refute that the source folder is {pinned}" if method
+                      else f"{NOT_VERIFIED}: the source folder cannot be {pinned}")
+    else:
+        ev.summary += f" (verified by {method})"
+    ev.measured.update(identity_record(verified=verified, trusted=trust and not verified and not refuted,
+                                       method=method, repo=repo, revision=revision))
+    return ev
+
+
+#: The keys of :func:`identity_record`, as :func:`verify_source` puts them in its evidence's ``measured``.
+IDENTITY_KEYS = ("status", "verified", "trusted", "method", "repo", "revision", "claimed_repo", "claimed_revision")
+
+
+def identity_record(*, verified: bool, trusted: bool, method: str | None, repo: str | None,
+                    revision: str | None) -> dict[str, Any]:
+    """The report's ``source.identity``: whether the source was proven, how, and what it was proven to be."""
+    status = "verified" if verified else ("trusted" if trusted else "not verified")
+    return {"status": status, "verified": verified, "trusted": trusted,
+            "method": method if verified else (TRUSTED if trusted else None),
+            "repo": repo if verified else None, "revision": revision if verified else None,
+            "claimed_repo": repo, "claimed_revision": revision}
+
+
+__all__ = ["HUB", "HUB_CACHE", "IDENTITY_KEYS", "NOT_VERIFIED", "PROFILE_DIGESTS", "SnapshotPath", "SourcePins",
+           "blob_findings", "hub_findings", "identity_record", "pin_findings", "repo_folder_name", "snapshot_findings",
+           "snapshot_path", "verify_source"]
