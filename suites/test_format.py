@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from qualify.checks import format as f
-from qualify.checks import source_config as sc
 
 pytestmark = pytest.mark.format
 
@@ -51,8 +50,3 @@ def test_model_config(checkpoint, model_config, record):
 def test_declared_format(manifest, profile, record):
     """The manifest's declared quantization format is the profile's."""
     record(f.check_declared_format(manifest.quantization, profile.format, file=manifest.path.name))
-
-
-def test_source_config(checkpoint_dir, source_dir, profile, record):
-    """config.json (and the generation/tokenizer files) are the source's, but for the quantization config."""
-    record(sc.check_source_config(checkpoint_dir, source_dir, allowed=profile.allowed_config_changes))

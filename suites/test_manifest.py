@@ -1,10 +1,12 @@
-"""Level "structure": the manifest's claims against the files (schema, checksums, coverage, statistics)."""
+"""Level "structure": the manifest's claims against the files (schema, checksums, coverage, statistics), and the
+checkpoint against its proven source (identity, configuration)."""
 
 from __future__ import annotations
 
 import pytest
 
 from qualify.checkpoint import manifest as m
+from qualify.checks import source_config as sc
 
 pytestmark = pytest.mark.structure
 
@@ -47,6 +49,11 @@ def test_output_checksums(manifest, checkpoint_dir, record):
 def test_source_checksums(manifest, source_dir, record):
     """Every source file's sha256 and size equal the manifest's (the source is the pinned one)."""
     record(m.check_checksums(manifest.source_files, source_dir, what="source", complete=True))
+
+
+def test_source_config(checkpoint_dir, source_dir, profile, record):
+    """config.json (and the generation/tokenizer files) are the source's, but for the quantization config."""
+    record(sc.check_source_config(checkpoint_dir, source_dir, allowed=profile.allowed_config_changes))
 
 
 def test_output_coverage(manifest, checkpoint, record):

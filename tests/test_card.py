@@ -273,3 +273,49 @@ def test_what_a_local_runtime_exercised_is_said_in_the_card_and_the_report():
     assert "- Exercised: DFlash proposer on CPU; DFlash 2 candidate head not exercised on this runtime" in md
     assert "the served draft is the checkpoint under test" in md
     assert "- vLLM CPU plugin (vLLM 0" in md and "): float32 allowed" in md and "plugin active" in md
+
+
+# -- the source, as proven ---------------------------------------------------------------
+
+
+def _checkpoint_card(identity: dict | None) -> str:
+    run = seed_run(levels=("structure", "format", "reproduction"))
+    if identity is None:
+        run.source.pop("identity")
+    else:
+        run.source["identity"] = identity
+    return validation_status_section(run)
+
+
+def test_the_card_names_the_verified_source_and_how():
+    from tests.run_builders import verified_identity
+
+    card = _checkpoint_card(verified_identity("org/verified", "a" * 40, method="profile digests"))
+    assert f"- Source: org/verified at immutable revision {'a' * 40} (identity verified by profile digests)" in card
+    assert "incoai/GLM-5.3-Flash-DFlash2" not in card  # never the profile's name for what was proven
+
+
+def test_the_card_never_claims_an_unproven_source():
+    from qualify.checkpoint.identity import identity_record
+
+    pinned = "incoai/GLM-5.3-Flash-DFlash2 at dc77ff1c99eeb2df044ee3d4f0094eb033fee410"
+    trusted = identity_record(verified=False, trusted=True, method=None, repo="incoai/GLM-5.3-Flash-DFlash2",
+                              revision="dc77ff1c99eeb2df044ee3d4f0094eb033fee410")
+    card = _checkpoint_card(trusted)
+    assert f"- Source: source identity not verified; the local folder was trusted on --trust-local-source as {pinned}" \
+        in card
+    assert "Source identity not verified: the source folder was trusted on --trust-local-source" in card
+    assert "immutable revision" not in card
+    missing = _checkpoint_card(None)
+    assert f"- Source: source identity not verified (the profile pins {pinned})" in missing
+    refuted = _checkpoint_card({**trusted, "status": "not verified", "trusted": False, "method": None})
+    assert f"- Source: source identity not verified (the profile pins {pinned})" in refuted
+
+
+def test_the_card_says_when_the_manifest_names_another_source():
+    from tests.run_builders import verified_identity
+
+    revision = "dc77ff1c99eeb2df044ee3d4f0094eb033fee410"
+    card = _checkpoint_card(verified_identity("incoai/GLM-5.3-Flash-DFlash2", revision, manifest_repo="someone/else"))
+    assert ("- The manifest names source someone/else at dc77ff1c99eeb2df044ee3d4f0094eb033fee410, which is not the "
+            "verified source") in card

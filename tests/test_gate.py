@@ -407,3 +407,64 @@ def test_cli_exit_codes_in_a_process_of_its_own(tmp_path):
     proc = run_qualify("gate", str(good))
     assert proc.returncode == 2 and "qualify: error:" in proc.stderr
     assert TRACEBACK not in proc.stderr
+
+
+# -- source identity ---------------------------------------------------------------------
+
+
+def _with_identity(status: str, *, check_status: str | None = None):
+    from qualify.checkpoint.identity import identity_record
+
+    run = seed_run()
+    record = identity_record(verified=status == "verified", trusted=status == "trusted", method="hub",
+                             repo=run.source["identity"]["claimed_repo"], revision=run.source["identity"]["revision"])
+    run.source["identity"] = record
+    structure = run.level("structure")
+    check = structure.checks[0]
+    check.id = "structure.source_identity"
+    check.evidence.measured.update(status=check_status or status)
+    return run
+
+
+def test_a_source_trusted_without_proof_is_refused_unless_allowed():
+    run = _with_identity("trusted")
+    reasons = refusals(run, expected(revision=DRAFT_REVISION))
+    assert reasons == ["the source folder was trusted on --trust-local-source without proof that it is the pinned "
+                       "revision; prove it (profile digests, a hub cache snapshot or the hub), or pass "
+                       "--allow-untrusted-source to accept that"]
+    assert refusals(run, expected(revision=DRAFT_REVISION, allow_untrusted_source=True)) == []
+    assert refusals(_with_identity("verified"), expected(revision=DRAFT_REVISION)) == []
+
+
+def test_a_source_not_verified_is_refused_even_when_allowed():
+    run = _with_identity("not verified")
+    for allow in (False, True):
+        assert ("the source identity was not verified: nothing shows the source folder was the pinned revision"
+                in refusals(run, expected(revision=DRAFT_REVISION, allow_untrusted_source=allow)))
+
+
+def test_the_identity_check_s_own_record_is_read_too():
+    # A report whose source.identity was edited to "verified" still carries its check's evidence.
+    run = _with_identity("verified", check_status="trusted")
+    assert any("--trust-local-source" in r for r in refusals(run, expected(revision=DRAFT_REVISION)))
+
+
+@pytest.mark.slow
+def test_cli_a_trusted_source_is_recorded_and_refused(tmp_path, release, gate, monkeypatch):
+    from fixtures.corpus import unpinned_profile
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the source is proven, or not, by what is on this machine
+    profile = tmp_path / "unpinned.toml"
+    profile.write_text(unpinned_profile(tmp_path, tmp_path).replace('name = "fixture"', 'name = "fixture-unpinned"'))
+    base = ("check", str(release), "--source", str(FIXTURE / "source"), "--profile", str(profile))
+    refused = run_qualify(*base, "--report-dir", str(tmp_path / "no"))
+    assert refused.returncode == 1 and "source identity not verified" in refused.stdout
+    proc = run_qualify(*base, "--trust-local-source", "--report-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (report,) = (tmp_path / "r").glob("*/report.json")
+    data = json.loads(report.read_text())
+    assert data["source"]["identity"]["status"] == "trusted" and data["source"]["identity"]["repo"] is None
+    assert "the local folder was trusted on --trust-local-source" in (report.parent / "report.md").read_text()
+    out = gate(str(report), "--checkpoint", str(release))
+    assert out.returncode == 1 and "--allow-untrusted-source" in out.stdout
+    assert gate(str(report), "--checkpoint", str(release), "--allow-untrusted-source").returncode == 0

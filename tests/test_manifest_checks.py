@@ -667,3 +667,18 @@ def test_check_statistics_of_tensors_that_are_not_mxfp8(fixture_copy, monkeypatc
         ("source/model.safetensors", "layers.0.mlp.up_proj.weight", "has non-finite values"),
     ]
     assert ev.measured == {"tensors_recomputed": 18}
+
+
+def test_check_source_pinned_repository(fixture_copy):
+    ckpt, _ = fixture_copy
+    raw = m.read_manifest_json(ckpt)
+    revision, repo = raw["source"]["revision"], raw["source"]["repo"]
+    ok = m.check_source_pinned(raw, revision, repo)
+    assert ok.ok and ok.expected == {"repo": repo, "revision": revision}
+    other = {"source": {"repo": "other-org/dflash2-tiny", "revision": revision}}
+    assert found(m.check_source_pinned(other, revision, repo)) == [
+        (M, None, f"source repository is 'other-org/dflash2-tiny', not the repository the profile qualifies ({repo})")]
+    # Names compare exactly: a repository in other letters is not taken on trust.
+    assert not m.check_source_pinned({"source": {"repo": repo.upper(), "revision": revision}}, revision, repo).ok
+    assert found(m.check_source_pinned({"source": {"revision": revision}}, revision, repo)) == [
+        (M, None, f"source repository is missing, not the repository the profile qualifies ({repo})")]

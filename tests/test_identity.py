@@ -1,0 +1,332 @@
+"""Source identity (qualify.checkpoint.identity): each proof, each refusal, and the words of each message."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fixtures.corpus import PINNED_SOURCE, SNAPSHOT_PARENT, SOURCE_REPO, make_snapshot
+from qualify.checkpoint import identity as ident
+from qualify.checkpoint.checksums import folder_digests, folder_revision
+from qualify.checkpoint.hub import HubFile
+from tests.hub_standin import StandinHub, StandinRepo, git_blob_sha1
+
+FIXTURE_SOURCE = Path(__file__).resolve().parent.parent / "fixtures" / "dflash2-tiny" / "source"
+OTHER = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No test here reaches a real hub; the ones that need a hub start the stand-in and go online.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def online(monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    dest = tmp_path / "source"
+    shutil.copytree(FIXTURE_SOURCE, dest)
+    return dest
+
+
+NO_PINS = ident.SourcePins()
+
+
+def verify(root: Path, pins: ident.SourcePins = NO_PINS, **kwargs) -> object:
+    kwargs.setdefault("repo", SOURCE_REPO)
+    kwargs.setdefault("revision", PINNED_SOURCE)
+    return ident.verify_source(root, pins=pins, **kwargs)
+
+
+def messages(ev) -> list[str]:
+    return [str(f) for f in ev.findings]
+
+
+# ----------------------------------------------------------------------------- pure decisions
+
+
+def test_pin_findings_content_revision() -> None:
+    digests = {"config.json": "1" * 64, "model.safetensors": "2" * 64}
+    rev = ident.content_revision(digests)
+    assert ident.pin_findings(digests, ident.SourcePins(content_revision=rev)) == []
+    found = ident.pin_findings({**digests, "model.safetensors": "3" * 64}, ident.SourcePins(content_revision=rev))
+    assert len(found) == 1 and found[0][1] is None
+    assert f"the profile pins {rev}" in found[0][0] and "not the pinned source" in found[0][0]
+    assert "(over 2 files)" in found[0][0]
+
+
+def test_pin_findings_per_file() -> None:
+    pins = ident.SourcePins(sha256={"config.json": "1" * 64, "model.safetensors": "2" * 64})
+    assert ident.pin_findings({"config.json": "1" * 64, "model.safetensors": "2" * 64}, pins) == []
+    found = ident.pin_findings({"config.json": "9" * 64, "extra.json": "4" * 64, ".cache/x": "5" * 64}, pins)
+    assert found == [
+        (f"sha256 is {'9' * 64}, the profile pins {'1' * 64}", "config.json"),
+        ("pinned by the profile but missing from the source folder", "model.safetensors"),
+        ("in the source folder but not pinned by the profile: its content is unverified", "extra.json"),
+    ]  # download metadata in a dot-folder is never loaded, so it needs no pin
+
+
+def test_snapshot_path_and_findings(tmp_path: Path) -> None:
+    root = tmp_path / "models--org--name" / "snapshots" / PINNED_SOURCE
+    snap = ident.snapshot_path(root)
+    assert snap is not None and (snap.repo_folder, snap.commit) == ("models--org--name", PINNED_SOURCE)
+    assert snap.repo_dir == tmp_path / "models--org--name"
+    assert ident.snapshot_path(tmp_path / "source") is None
+    assert ident.snapshot_path(tmp_path / "datasets--org--name" / "snapshots" / PINNED_SOURCE) is None
+    assert ident.repo_folder_name("org/name") == "models--org--name"
+    assert ident.snapshot_findings(snap, "org/name", PINNED_SOURCE) == []
+    assert ident.snapshot_findings(snap, "org/other", OTHER) == [
+        "the snapshot is of repository folder 'models--org--name', the profile's source org/other is kept in "
+        "'models--org--other'",
+        f"the snapshot is of commit '{PINNED_SOURCE}', not the pinned revision {OTHER}",
+    ]
+    assert ident.snapshot_findings(snap, None, None) == [
+        "the profile names no source repository to compare the snapshot's with",
+        "the profile pins no source revision to compare the snapshot's commit with",
+    ]
+
+
+def test_blob_findings() -> None:
+    sha, sha1 = "a" * 64, "b" * 40
+    assert ident.blob_findings("m", sha, sha, sha1) is None
+    assert ident.blob_findings("c", sha1, sha, sha1) is None
+    wrong = ident.blob_findings("m", "c" * 64, sha, sha1)
+    assert wrong == (f"its blob is named {'c' * 64}, but its content's sha256 is {sha}: the cache entry is not the "
+                     "file it names")
+    wrong1 = ident.blob_findings("c", "d" * 40, sha, sha1)
+    assert wrong1 is not None and "git blob sha1 is " + sha1 in wrong1 and "not the file it names" in wrong1
+    assert "is not a content digest" in (ident.blob_findings("m", "model.safetensors", sha, sha1) or "")
+    # The hub's digests are lower-case hex.
+    assert "is not a content digest" in (ident.blob_findings("m", "A" * 64, sha, sha1) or "")
+
+
+def test_hub_findings() -> None:
+    local = {"model.safetensors": ("a" * 64, "b" * 40, 10), "config.json": ("c" * 64, "d" * 40, 5)}
+    hub = {"model.safetensors": HubFile("model.safetensors", 10, "a" * 64, "e" * 40),
+           "config.json": HubFile("config.json", 5, None, "d" * 40),
+           "README.md": HubFile("README.md", 3, None, "f" * 40)}
+    assert ident.hub_findings(local, hub, PINNED_SOURCE) == []
+    bad = {"model.safetensors": HubFile("model.safetensors", 10, "9" * 64, None),
+           "config.json": HubFile("config.json", 5, None, "8" * 40),
+           "model-2.safetensors": HubFile("model-2.safetensors", 1, "7" * 64, None)}
+    assert ident.hub_findings({**local, "extra.json": ("1" * 64, "2" * 40, 1)}, bad, PINNED_SOURCE) == [
+        (f"git blob sha1 is {'d' * 40}, the hub's at {PINNED_SOURCE} is {'8' * 40}", "config.json"),
+        (f"not in the hub's repository at {PINNED_SOURCE}", "extra.json"),
+        (f"sha256 is {'a' * 64}, the hub's LFS sha256 at {PINNED_SOURCE} is {'9' * 64}", "model.safetensors"),
+        (f"in the hub's repository at {PINNED_SOURCE} but missing from the source folder", "model-2.safetensors"),
+    ]
+    sized = {"model.safetensors": HubFile("model.safetensors", 11, "a" * 64, None),
+             "config.json": HubFile("config.json", 5, None, None)}
+    assert ident.hub_findings(local, sized, PINNED_SOURCE) == [
+        (f"the hub gives no digest for it at {PINNED_SOURCE}", "config.json"),
+        (f"size is 10, the hub's at {PINNED_SOURCE} is 11", "model.safetensors"),
+    ]
+    assert ident.hub_findings(local, {}, PINNED_SOURCE)[0] == (f"the hub lists no files at {PINNED_SOURCE}", None)
+
+
+def test_identity_record_never_names_an_unproven_repository() -> None:
+    ok = ident.identity_record(verified=True, trusted=False, method="hub", repo="o/n", revision=PINNED_SOURCE)
+    assert (ok["status"], ok["repo"], ok["revision"], ok["method"]) == ("verified", "o/n", PINNED_SOURCE, "hub")
+    trusted = ident.identity_record(verified=False, trusted=True, method=None, repo="o/n", revision=PINNED_SOURCE)
+    assert (trusted["status"], trusted["repo"], trusted["method"]) == ("trusted", None, ident.TRUSTED)
+    assert trusted["claimed_repo"] == "o/n"
+    no = ident.identity_record(verified=False, trusted=False, method="hub", repo="o/n", revision=PINNED_SOURCE)
+    assert (no["status"], no["repo"], no["revision"], no["method"]) == ("not verified", None, None, None)
+    assert tuple(ok) == ident.IDENTITY_KEYS
+
+
+# ----------------------------------------------------------------------------- profile digests
+
+
+def test_the_fixture_source_is_proven_by_its_pinned_content_revision(source: Path) -> None:
+    ev = verify(source, ident.SourcePins(content_revision=PINNED_SOURCE))
+    assert ev.ok, ev.failure_text()
+    assert ev.measured["status"] == "verified" and ev.measured["method"] == ident.PROFILE_DIGESTS
+    assert (ev.measured["repo"], ev.measured["revision"]) == (SOURCE_REPO, PINNED_SOURCE)
+    assert ev.measured["content_revision"] == PINNED_SOURCE and "(verified by profile digests)" in ev.summary
+
+
+def test_a_changed_source_is_refuted_by_the_pins_and_trust_does_not_help(source: Path) -> None:
+    (source / "config.json").write_text((source / "config.json").read_text().replace("2047", "2046"))
+    for trust in (False, True):
+        ev = verify(source, ident.SourcePins(content_revision=PINNED_SOURCE), trust=trust)
+        assert not ev.ok and ev.measured["status"] == "not verified" and ev.measured["repo"] is None
+        assert ev.summary.startswith("source identity not verified: the profile digests refute")
+        assert f"the profile pins {PINNED_SOURCE}" in messages(ev)[0]
+
+
+def test_per_file_pins(source: Path) -> None:
+    digests = folder_digests(source)
+    assert verify(source, ident.SourcePins(sha256=digests)).ok
+    (source / "tokenizer.json").write_text("{}")
+    ev = verify(source, ident.SourcePins(sha256=digests))
+    assert messages(ev) == ["tokenizer.json: in the source folder but not pinned by the profile: its content is "
+                            "unverified"]
+
+
+# ----------------------------------------------------------------------------- nothing to prove it
+
+
+def test_no_proof_is_not_verified_and_says_how_to_prove_it(source: Path) -> None:
+    ev = verify(source)
+    assert not ev.ok and ev.measured["status"] == "not verified"
+    text = messages(ev)[0]
+    for words in ("source identity not verified", "pins no digests", "not a hub cache snapshot",
+                  "HF_HUB_OFFLINE", "--trust-local-source"):
+        assert words in text, words
+    assert ev.measured["hub"]["consulted"] is False
+
+
+def test_trust_lets_an_unproven_source_through_and_says_so(source: Path) -> None:
+    ev = verify(source, trust=True)
+    assert ev.ok
+    assert ev.summary.startswith("source identity not verified: trusted on --trust-local-source")
+    assert ev.measured["status"] == "trusted" and ev.measured["repo"] is None
+    assert ev.measured["claimed_repo"] == SOURCE_REPO
+
+
+def test_an_empty_folder_is_never_proven(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    for trust in (False, True):
+        ev = verify(tmp_path / "empty", ident.SourcePins(content_revision=PINNED_SOURCE), trust=trust)
+        assert messages(ev) == ["the source folder holds no files"] and ev.measured["status"] == "not verified"
+
+
+# ----------------------------------------------------------------------------- hub cache snapshots
+
+
+def snapshot(tmp_path: Path, commit: str = PINNED_SOURCE, **kwargs) -> Path:
+    root = tmp_path / SNAPSHOT_PARENT / commit
+    make_snapshot(FIXTURE_SOURCE, root, **kwargs)
+    return root
+
+
+def test_a_hub_cache_snapshot_proves_the_source(tmp_path: Path) -> None:
+    ev = verify(snapshot(tmp_path))
+    assert ev.ok, ev.failure_text()
+    assert ev.measured["method"] == ident.HUB_CACHE and ev.measured["files_linked"] == 2
+    assert ev.measured["snapshot_commit"] == PINNED_SOURCE
+
+
+def test_a_snapshot_reached_through_a_link_is_judged_where_it_is(tmp_path: Path) -> None:
+    link = tmp_path / "src-link"
+    os.symlink(snapshot(tmp_path), link)
+    assert not verify(link).ok  # the link's own folder is no snapshot: no proof
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"commit": OTHER}, [f"the snapshot is of commit '{OTHER}', not the pinned revision {PINNED_SOURCE}"]),
+    ({"blob_names": {"config.json": "f" * 40}}, ["config.json: its blob is named " + "f" * 40]),
+    ({"blob_names": {"model.safetensors": "0" * 64}}, ["model.safetensors: its blob is named " + "0" * 64]),
+    ({"blob_names": {"config.json": "config"}}, ["config.json: its blob name 'config' is not a content digest"]),
+    ({"plain": ("model.safetensors",)}, ["model.safetensors: a plain file, not a link into the repository's blobs"]),
+])
+def test_a_snapshot_that_does_not_prove_the_source(tmp_path: Path, kwargs: dict, words: list[str]) -> None:
+    ev = verify(snapshot(tmp_path, **kwargs), trust=True)  # a refuted identity is never trusted
+    assert not ev.ok and ev.measured["status"] == "not verified"
+    assert ev.summary.startswith("source identity not verified: the hub cache snapshot refute")
+    for w in words:
+        assert any(m.startswith(w) for m in messages(ev)), (w, messages(ev))
+
+
+def test_a_snapshot_of_another_repository(tmp_path: Path) -> None:
+    root = tmp_path / "hub" / "models--other--repo" / "snapshots" / PINNED_SOURCE
+    make_snapshot(FIXTURE_SOURCE, root)
+    assert messages(verify(root)) == [
+        f"the snapshot is of repository folder 'models--other--repo', the profile's source {SOURCE_REPO} is kept in "
+        "'models--qualify-fixtures--dflash2-tiny'"]
+
+
+def test_a_snapshot_link_out_of_its_blobs(tmp_path: Path) -> None:
+    root = snapshot(tmp_path)
+    (root / "config.json").unlink()
+    os.symlink(FIXTURE_SOURCE / "config.json", root / "config.json")
+    assert messages(verify(root))[0].startswith("config.json: links to ")
+    assert "outside the repository's blobs folder" in messages(verify(root))[0]
+    (root / "config.json").unlink()
+    os.symlink(root.parent.parent / "blobs" / "gone", root / "config.json")
+    assert messages(verify(root))[0].startswith("config.json: its link cannot be followed")
+
+
+# ----------------------------------------------------------------------------- the hub
+
+
+@pytest.fixture
+def hub(online: None) -> Iterator[StandinHub]:
+    files = {p.name: p.read_bytes() for p in FIXTURE_SOURCE.iterdir()}
+    changed = {**files, "config.json": files["config.json"].replace(b"2047", b"2046")}
+    repo = StandinRepo(SOURCE_REPO, {PINNED_SOURCE: files, OTHER: changed}, branches={"main": OTHER})
+    with StandinHub([repo]).serving() as served:
+        yield served
+
+
+def test_the_hub_proves_a_plain_folder(hub: StandinHub, source: Path) -> None:
+    ev = verify(source, hub_endpoint=hub.url)
+    assert ev.ok, ev.failure_text()
+    assert ev.measured["method"] == ident.HUB and ev.measured["hub"]["commit"] == PINNED_SOURCE
+    assert f"/api/models/{SOURCE_REPO}/revision/{PINNED_SOURCE}?blobs=true" in hub.paths("GET")
+
+
+def test_the_hub_refutes_another_folder(hub: StandinHub, source: Path) -> None:
+    (source / "config.json").write_text((source / "config.json").read_text().replace("2047", "2046"))
+    data = (source / "config.json").read_bytes()
+    ev = verify(source, hub_endpoint=hub.url, trust=True)
+    assert not ev.ok and ev.measured["status"] == "not verified"
+    assert messages(ev) == [f"config.json: git blob sha1 is {git_blob_sha1(data)}, the hub's at {PINNED_SOURCE} is "
+                            f"{git_blob_sha1((FIXTURE_SOURCE / 'config.json').read_bytes())}"]
+
+
+def test_the_hub_refutes_rescaled_weights(hub: StandinHub, source: Path) -> None:
+    raw = bytearray((source / "model.safetensors").read_bytes())
+    raw[-1] ^= 1
+    (source / "model.safetensors").write_bytes(bytes(raw))
+    ev = verify(source, hub_endpoint=hub.url)
+    genuine = hashlib.sha256((FIXTURE_SOURCE / "model.safetensors").read_bytes()).hexdigest()
+    assert messages(ev) == [f"model.safetensors: sha256 is {hashlib.sha256(raw).hexdigest()}, the hub's LFS sha256 at "
+                            f"{PINNED_SOURCE} is {genuine}"]
+
+
+def test_a_revision_the_hub_does_not_have_refutes(hub: StandinHub, source: Path) -> None:
+    ev = verify(source, hub_endpoint=hub.url, revision="9" * 40, trust=True)
+    assert not ev.ok and "does not exist" in messages(ev)[0]
+    other = verify(source, hub_endpoint=hub.url, repo="other/repo", trust=True)
+    assert not other.ok and "repository not found" in messages(other)[0]
+
+
+def test_a_snapshot_is_checked_against_the_hub_when_it_answers(hub: StandinHub, tmp_path: Path) -> None:
+    ok = verify(snapshot(tmp_path), hub_endpoint=hub.url)
+    assert ok.ok and ok.measured["method"] == f"{ident.HUB_CACHE} and {ident.HUB}"
+    # A snapshot whose blobs are consistent but whose files are not the commit's: only the hub can tell.
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURE_SOURCE, other)
+    (other / "tokenizer.json").write_text("{}")
+    root = tmp_path / "second" / SNAPSHOT_PARENT / PINNED_SOURCE
+    make_snapshot(other, root)
+    ev = verify(root, hub_endpoint=hub.url)
+    assert messages(ev) == [f"tokenizer.json: not in the hub's repository at {PINNED_SOURCE}"]
+
+
+def test_an_unreachable_hub_leaves_the_snapshot_proof_and_says_so(online: None, tmp_path: Path) -> None:
+    ev = verify(snapshot(tmp_path), hub_endpoint="http://127.0.0.1:9")
+    assert ev.ok and ev.measured["method"] == ident.HUB_CACHE
+    assert ev.measured["hub"]["consulted"] is False and "could not be reached" in ev.measured["hub"]["reason"]
+
+
+def test_folder_revision_is_what_the_profile_pins() -> None:
+    assert folder_revision(FIXTURE_SOURCE) == PINNED_SOURCE
