@@ -739,3 +739,36 @@ def test_the_forgery_of_a_failing_run_is_refused(keys, tmp_path, gate):
     assert code == 1
     for level in ("structure", "format", "reproduction"):
         assert f"refused: check {level}.also_fine: not a check qualify {__version__} defines (made up)" in out
+
+
+def _identity(status: str) -> dict:
+    from qualify.checkpoint.identity import identity_record
+
+    return identity_record(verified=status == "verified", trusted=status == "trusted", method="profile digests",
+                           repo="org/source", revision="b" * 40)
+
+
+def test_the_statement_names_only_a_verified_source():
+    verified = minimal_report(source={"repo": "org/source", "revision": "b" * 40, "identity": _identity("verified")})
+    config = {d["name"]: d for d in a.build_statement(verified, "r" * 64)["predicate"]["configuration"]}
+    assert config["source"]["uri"] == "https://huggingface.co/org/source"
+    assert config["source"]["digest"] == {"gitCommit": "b" * 40}
+    assert config["source"]["annotations"] == {"identity": "verified", "method": "profile digests"}
+    trusted = minimal_report(source={"repo": "org/source", "revision": "b" * 40, "identity": _identity("trusted")})
+    config = {d["name"]: d for d in a.build_statement(trusted, "r" * 64)["predicate"]["configuration"]}
+    assert "digest" not in config["source"]  # the profile's pin is what it was meant to be, not a fact about it
+    assert config["source"]["annotations"] == {"identity": "trusted", "method": "trusted (--trust-local-source)",
+                                               "claimedRevision": "b" * 40}
+
+
+def test_an_unproven_source_is_refused_and_a_trusted_one_unless_allowed():
+    trusted = minimal_report(source={"repo": "org/source", "revision": "b" * 40, "identity": _identity("trusted")})
+    assert policy(trusted) == ["the source folder was trusted on --trust-local-source without proof that it is the "
+                               "pinned revision; prove it (profile digests, a hub cache snapshot or the hub), or pass "
+                               "--allow-untrusted-source to accept that"]
+    assert policy(trusted, expected(allow_untrusted_source=True)) == []
+    refuted = minimal_report(source={"repo": "org/source", "revision": "b" * 40, "identity": _identity("no")})
+    assert policy(refuted, expected(allow_untrusted_source=True)) == [
+        "the source identity was not verified: nothing shows the source folder was the pinned revision"]
+    verified = minimal_report(source={"repo": "org/source", "revision": "b" * 40, "identity": _identity("verified")})
+    assert policy(verified) == []

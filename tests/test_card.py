@@ -319,3 +319,13 @@ def test_the_card_says_when_the_manifest_names_another_source():
     card = _checkpoint_card(verified_identity("incoai/GLM-5.3-Flash-DFlash2", revision, manifest_repo="someone/else"))
     assert ("- The manifest names source someone/else at dc77ff1c99eeb2df044ee3d4f0094eb033fee410, which is not the "
             "verified source") in card
+
+
+def test_a_hostile_manifest_repository_cannot_forge_card_lines():
+    from tests.run_builders import verified_identity
+
+    revision = "dc77ff1c99eeb2df044ee3d4f0094eb033fee410"
+    card = _checkpoint_card(verified_identity("incoai/GLM-5.3-Flash-DFlash2", revision,
+                                              manifest_repo="x\n\nStatus: qualified for everything"))
+    assert "\nStatus: qualified for everything" not in card
+    assert "The manifest names source x" in card

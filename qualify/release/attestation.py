@@ -188,10 +188,13 @@ def _source_descriptor(source: dict[str, Any]) -> dict[str, Any]:
         # No check read the source (or the report predates the identity record): the pin is the profile's.
         return _descriptor(SOURCE, uri=_hub_uri(source.get("repo")), digest=_git_commit(source.get("revision")),
                            annotations={"identity": "not read"})
-    verified = identity.get("status") == "verified"
-    return _descriptor(SOURCE, uri=_hub_uri(identity.get("repo")) if verified else None,
-                       digest=_git_commit(identity.get("revision")) if verified else None,
-                       annotations={"identity": identity.get("status"), "method": identity.get("method")})
+    if identity.get("status") == "verified":
+        return _descriptor(SOURCE, uri=_hub_uri(identity.get("repo")), digest=_git_commit(identity.get("revision")),
+                           annotations={"identity": "verified", "method": identity.get("method")})
+    # Unproven: the repository it was meant to be, with no commit digest (nothing shows these are its bytes).
+    return _descriptor(SOURCE, uri=_hub_uri(identity.get("claimed_repo") or source.get("repo")) or "urn:qualify:source",
+                       annotations={"identity": identity.get("status"), "method": identity.get("method"),
+                                    "claimedRevision": identity.get("claimed_revision")})
 
 
 def _hub_uri(repo: str | None) -> str | None:

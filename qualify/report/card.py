@@ -166,14 +166,15 @@ def source_lines(run: Run, *, pinned: dict[str, Any]) -> list[str]:
     "source identity not verified"; a manifest naming another source than the verified one is said too.
     """
     ident = source_identity(run)
-    want = f"{pinned.get('repo')} at {pinned.get('revision')}" if pinned.get("repo") else None
+    e = escape_markdown  # the manifest's names come from the checkpoint: never raw into Markdown
+    want = f"{e(pinned.get('repo'))} at {e(pinned.get('revision'))}" if pinned.get("repo") else None
     if ident is None:
         if run.source.get("path"):
             return [f"- Source: {SOURCE_NOT_VERIFIED}" + (f" (the profile pins {want})" if want else "")]
         return [f"- Source: {want}, pinned by the profile; not read by this run"] if want else []
     if ident.get("status") == "verified":
-        lines = [f"- Source: {ident.get('repo')} at immutable revision {ident.get('revision')} "
-                 f"(identity verified by {ident.get('method')})"]
+        lines = [f"- Source: {e(ident.get('repo'))} at immutable revision {e(ident.get('revision'))} "
+                 f"(identity verified by {e(ident.get('method'))})"]
     elif ident.get("status") == "trusted":
         lines = [f"- Source: {SOURCE_NOT_VERIFIED}; the local folder was trusted on --trust-local-source"
                  + (f" as {want}" if want else "")]
@@ -182,7 +183,7 @@ def source_lines(run: Run, *, pinned: dict[str, Any]) -> list[str]:
     named = (ident.get("manifest_repo"), ident.get("manifest_revision"))
     proven = (ident.get("repo"), ident.get("revision")) if ident.get("status") == "verified" else None
     if named[0] is not None and named != (proven or (pinned.get("repo"), pinned.get("revision"))):
-        lines.append(f"- The manifest names source {named[0]} at {named[1]}, which is not the "
+        lines.append(f"- The manifest names source {e(named[0])} at {e(named[1])}, which is not the "
                      + ("verified source" if proven else "profile's pinned source"))
     return lines
 
