@@ -26,7 +26,6 @@ say so. The decision functions here are pure (digests in, findings out); the I/O
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from qualify.checkpoint.checksums import content_revision, sha256_files
-from qualify.errors import CheckpointError
+from qualify.errors import CheckpointError, UsageError
 from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
 
 #: The words every report and card uses when no proof held.
@@ -191,13 +190,12 @@ def _digests(root: Path, rels: list[str]) -> dict[str, str]:
     return {r: digests[p] for r, p in zip(rels, paths, strict=True)}
 
 
-def _git_blob_sha1(path: Path) -> str:
-    h = hashlib.sha1(usedforsecurity=False)
-    h.update(b"blob %d\0" % path.stat().st_size)
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def _ref(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            return f.read(64).decode("ascii", errors="replace").strip()
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror or exc})"
 
 
 def _check_pins(ev: Evidence, root: Path, rels: list[str], pins: SourcePins) -> None:
@@ -238,15 +236,16 @@ def _check_snapshot(ev: Evidence, root: Path, rels: list[str], snap: SnapshotPat
     except CheckpointError as exc:
         ev.add(exc.detail, file=exc.file)
         return
+    from qualify.checkpoint.hub import git_blob_sha1
+
     for rel, target in linked:
         problem = blob_findings(rel, target.name, digests[target],
-                                _git_blob_sha1(target) if _SHA1.fullmatch(target.name) else "")
+                                git_blob_sha1(target) if _SHA1.fullmatch(target.name) else "")
         if problem:
             ev.add(problem, file=rel)
     refs = snap.repo_dir / "refs"
     if refs.is_dir():
-        ev.measured["refs"] = {p.relative_to(refs).as_posix(): p.read_text(errors="replace").strip()[:64]
-                               for p in sorted(refs.rglob("*")) if p.is_file()}
+        ev.measured["refs"] = {p.relative_to(refs).as_posix(): _ref(p) for p in sorted(refs.rglob("*")) if p.is_file()}
     ev.measured.update(snapshot_repo_folder=snap.repo_folder, snapshot_commit=snap.commit, files_linked=len(linked))
     if not rels:
         ev.add("the snapshot holds no files")
@@ -259,18 +258,20 @@ def _check_hub(ev: Evidence, root: Path, rels: list[str], repo: str, revision: s
 
     try:
         rev = hub.resolve(repo, revision, access=access, token=token)
-    except hub.HubError as exc:
-        if exc.unreachable:
+    except (hub.HubError, UsageError) as exc:
+        if getattr(exc, "unreachable", False):
             ev.measured["hub"] = {"consulted": False, "reason": str(exc), "access": access.to_dict()}
             return False
         ev.add(str(exc))
         ev.measured["hub"] = {"consulted": True, "access": access.to_dict()}
         return True
-    local = {}
     sha = _digests(root, rels)
+    local = {}
     for rel in rels:
-        path = root / rel
-        local[rel] = (sha[rel], _git_blob_sha1(path), path.stat().st_size)
+        path, known = root / rel, rev.files.get(rel)
+        # The git blob id is read only where the hub has no LFS sha256 for the file (configs, not weights).
+        blob = hub.git_blob_sha1(path) if known is not None and known.sha256 is None else ""
+        local[rel] = (sha[rel], blob, path.stat().st_size)
     for message, file in hub_findings(local, rev.files, rev.commit):
         ev.add(message, file=file)
     ev.measured["hub"] = {"consulted": True, "commit": rev.commit, "files": len(rev.files),
