@@ -201,3 +201,14 @@ def test_the_gate_counts_only_the_files_the_report_lists(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"; {listed} files in {release} match the report" in out
+
+
+def test_a_report_naming_a_file_that_is_not_utf8_stays_readable(tmp_path):
+    from qualify.report.model import Run, write_json
+
+    run = Run(run_id="r", harness_version="0", started_at="t",
+              profile={"name": "fixture", "sha256": "0" * 64, "conditions": {}},
+              checkpoint={"path": "/c", "files": [{"path": "vocab\udcff.json", "sha256": "a" * 64, "size": 2}]})
+    write_json(run, tmp_path / "report.json")
+    back = read_json(tmp_path / "report.json")
+    assert back.checkpoint["files"][0]["path"] == "vocab\\xff.json"

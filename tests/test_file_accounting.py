@@ -330,3 +330,14 @@ def test_a_fifo_in_the_checkpoint_fails_file_list(fixture_copy):
     assert ("pipe.json", "is not a regular file (a FIFO, socket or device): nothing can verify what it would "
             "ship") in found
     assert any(f == "pipe.json" and "not listed" in msg for f, msg in found)
+
+
+def test_a_file_name_that_is_not_utf8_fails_file_list_and_crashes_nothing(fixture_copy):
+    from qualify.checkpoint.checksums import folder_revision
+
+    ckpt, _ = fixture_copy
+    with open(os.path.join(os.fsencode(ckpt), b"vocab\xff.json"), "wb") as fh:
+        fh.write(b"{}")
+    found = file_list(ckpt)
+    assert ("vocab\udcff.json", "its name is not valid UTF-8, so no manifest (JSON) can list it") in found
+    assert len(folder_revision(ckpt)) == 40

@@ -72,7 +72,8 @@ def content_revision(digests: dict[str, str]) -> str:
     """
     h = hashlib.sha1()
     for rel in sorted(digests):
-        h.update(rel.encode() + b"\0" + bytes.fromhex(digests[rel]))
+        # A name that is not UTF-8 on disk comes back as surrogate escapes: hash its exact bytes.
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(digests[rel]))
     return h.hexdigest()
 
 

@@ -411,6 +411,8 @@ def check_file_list(manifest: Manifest, root: Path, *, allow_code: bool = False)
     for path in sorted(listed - set(present)):
         ev.add("listed in the manifest but missing from the checkpoint", file=path)
     for path in present:
+        if any(0xDC80 <= ord(ch) <= 0xDCFF for ch in path):
+            ev.add("its name is not valid UTF-8, so no manifest (JSON) can list it", file=path)
         if not (root / path).is_symlink() and not (root / path).is_file():
             ev.add("is not a regular file (a FIFO, socket or device): nothing can verify what it would ship",
                    file=path)

@@ -344,13 +344,31 @@ def _refuse_repeats(data: dict[str, Any]) -> None:
                          "each level and check once: it was altered or is corrupt")
 
 
+def _valid_unicode(value: Any) -> Any:
+    """``value`` with every string made valid Unicode: a file name that is not UTF-8 on disk reaches
+    Python as surrogate escapes, which no strict JSON reader accepts back; its bytes are written as
+    ``\\xNN`` instead, so the report stays readable by the card, the gate and diff."""
+    if isinstance(value, str):
+        if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+            return value
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate that stands for no byte
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_unicode(v) for v in value]
+    return value
+
+
 def write_json(run: Run, path: Path) -> None:
     """Validate and atomically write ``report.json``, every string redacted of secrets first.
 
     Names from the checkpoint are kept exactly (they are escaped only where a person reads them);
     a credential that reached a message, the command line or a URL is masked here, the last net.
     """
-    data = redact_data(run.to_dict())
+    data = _valid_unicode(redact_data(run.to_dict()))
     validate(data, "report")
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
