@@ -49,6 +49,7 @@ SEED_CHECKS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("load", "load_evidence", None),
     ("smoke", "smoke_evidence", None),
     ("smoke", "request", {"completions": [COMPLETION]}),
+    ("paired", "non_inferiority", {"concurrency": {}}),
 ]
 
 
@@ -113,7 +114,7 @@ def seed_run(*, status: dict[str, Status] | None = None, measured: dict[str, dic
     return run
 
 
-def defined_run(*, levels: tuple[str, ...] = ("structure", "format", "reproduction", "load", "smoke"),
+def defined_run(*, levels: tuple[str, ...] = ("structure", "format", "reproduction", "load", "smoke", "paired"),
                 status: dict[str, Status] | None = None, **kwargs: Any) -> Run:
     """A seed-profile run holding exactly the checks the suites define for ``levels`` (what the gate's policy
     knows each level to consist of); ``status`` overrides a check's status by id."""

@@ -6,6 +6,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,12 +24,19 @@ from qualify.release.gate import (
     refusals,
     shipped_profile,
 )
-from qualify.report.model import Status, write_json
+from qualify.report.model import Run, Status, write_json
 from qualify.run.pipeline import CHECKPOINT_LEVELS
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
-from tests.run_builders import DRAFT_REVISION, FILES, SEED, defined_run, seed_run
+from tests.run_builders import DRAFT_REVISION, FILES, SEED, defined_run
+from tests.run_builders import seed_run as card_run
 
-SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke")
+SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke", "paired")
+def seed_run(**kwargs: Any) -> Run:
+    """A run of every level the seed profile requires (the card's five and the paired comparison)."""
+    kwargs.setdefault("levels", SEED_LEVELS)
+    return card_run(**kwargs)
+
+
 ACTUAL = tuple(FileEntry(f["path"], f["sha256"], f["size"]) for f in FILES)
 
 
@@ -58,7 +66,8 @@ def test_a_required_level_missing_from_the_report_is_refused():
     assert str(run.verdict) == "qualified"
     reasons = refusals(run, expected())
     assert reasons == ["required level load is missing from the report",
-                       "required level smoke is missing from the report"]
+                       "required level smoke is missing from the report",
+                       "required level paired is missing from the report"]
 
 
 def test_a_level_with_no_check_is_refused_with_its_reason():
@@ -396,7 +405,7 @@ def test_cli_exit_codes_in_a_process_of_its_own(tmp_path):
     truncated.write_text('{"verdict": "qualified"')
     proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION, "--allow-unsigned")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "structure, format, reproduction, load, smoke passed" in proc.stdout
+    assert "structure, format, reproduction, load, smoke, paired passed" in proc.stdout
     assert proc.stdout.rstrip().endswith("UNSIGNED (--allow-unsigned): the report was not verified by any signature")
     proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION)
     assert proc.returncode == 1

@@ -208,7 +208,10 @@ def test_seed_profile_hard_values(seed_profile: Profile) -> None:
     assert d["parallelism"] == {"tensor_parallel_size": 4, "decode_context_parallel_size": 1}
     assert d["dflash"] == {"proposal_length": 7, "kv_cache": "auto", "kv_cache_dtype": "BF16"}
     assert d["smoke"] == {"max_tokens": 32, "temperature": 0}
-    assert seed_profile.required_levels == ("structure", "format", "reproduction", "load", "smoke")
+    assert seed_profile.required_levels == ("structure", "format", "reproduction", "load", "smoke", "paired")
+    assert seed_profile.measured_levels == ("speedup",)
+    paired = seed_profile.paired
+    assert paired is not None and (paired.margin, paired.concurrency, paired.full_block) == (0.02, (1, 16), True)
     assert d["levels"]["not_qualified"] == ["runtime throughput", "CUDA graph performance"]
 
     assert seed_profile.conditions() == {
@@ -511,6 +514,11 @@ def test_unpinned_digest_must_be_empty_or_a_digest(tmp_path: Path, seed_profile_
     assert "$.runtime.image_digest: 'latest' does not match" in profile_error(path)
 
 
+def no_paired(text: str) -> str:
+    """The fixture profile without its [paired] and [speedup] tables (the tests below write their own)."""
+    return text[:text.index("[paired]")] + text[text.index("[losslessness]"):]
+
+
 PAIRED = """
 [paired]
 prompt_sets = [{ path = "sets/question.jsonl", format = "mt-bench" },
@@ -522,7 +530,7 @@ margin = 0.02
 
 
 def test_paired_table(tmp_path: Path, fixture_text: str) -> None:
-    path = write_variant(tmp_path, fixture_text, "[losslessness]", PAIRED + "\n[losslessness]")
+    path = write_variant(tmp_path, no_paired(fixture_text), "[losslessness]", PAIRED + "\n[losslessness]")
     spec = load_profile(path).paired
     assert spec is not None
     assert spec.prompt_sets[0].path == (tmp_path / "sets" / "question.jsonl").resolve()
@@ -544,19 +552,20 @@ def test_paired_table(tmp_path: Path, fixture_text: str) -> None:
     ],
 )
 def test_paired_table_errors(tmp_path: Path, fixture_text: str, old: str, new: str, words: str) -> None:
-    text = fixture_text.replace("[losslessness]", PAIRED.replace(old, new) + "\n[losslessness]")
+    text = no_paired(fixture_text).replace("[losslessness]", PAIRED.replace(old, new) + "\n[losslessness]")
     path = tmp_path / "p.toml"
     path.write_text(text, encoding="utf-8")
     assert words in profile_error(path)
 
 
 def test_speedup_needs_paired_and_a_required_level_needs_its_table(tmp_path: Path, fixture_text: str) -> None:
-    alone = write_variant(tmp_path, fixture_text, "[losslessness]", "[speedup]\nmax_tokens = 32\n\n[losslessness]")
+    alone = write_variant(tmp_path, no_paired(fixture_text), "[losslessness]",
+                          "[speedup]\nmax_tokens = 32\n\n[losslessness]")
     assert "$.speedup: needs a [paired] table" in profile_error(alone)
-    required = write_variant(tmp_path, fixture_text, 'required = ["structure"', 'required = ["paired", "structure"',
-                             "required.toml")
+    required = write_variant(tmp_path, no_paired(fixture_text), 'required = ["structure"',
+                             'required = ["paired", "structure"', "required.toml")
     assert "paired" in profile_error(required)
-    both = fixture_text.replace("[losslessness]", PAIRED + "\n[speedup]\nmax_tokens = 32\n\n[losslessness]")
+    both = no_paired(fixture_text).replace("[losslessness]", PAIRED + "\n[speedup]\nmax_tokens = 32\n\n[losslessness]")
     path = tmp_path / "both.toml"
     path.write_text(both, encoding="utf-8")
     speedup = load_profile(path).speedup

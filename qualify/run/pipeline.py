@@ -251,7 +251,8 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     if profile.local_server is not None and opts.endpoint is None and any(lv in SERVING_LEVELS for lv in opts.levels):
         # Started by the first serving check that needs it: none when an earlier level failed. A missing
         # vLLM venv or model folder is then reported by every serving check.
-        local = LocalServing(profile, run_dir, target=opts.target, checkpoint=draft.path)
+        local = LocalServing(profile, run_dir, target=opts.target, checkpoint=draft.path,
+                             levels=opts.levels)
 
     def before_finish(r: Run) -> None:
         if local is not None:

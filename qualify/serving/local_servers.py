@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ class LocalServing:
     """``start()`` in the background, ``endpoint()``/``reference_endpoint()`` when needed, ``stop()`` always."""
 
     def __init__(self, profile: Profile, log_dir: Path, *, target: Path | None = None,
-                 checkpoint: Path | None = None) -> None:
+                 checkpoint: Path | None = None, levels: Sequence[str] | None = None) -> None:
         spec = profile.local_server
         if spec is None:
             raise HarnessError(f"profile {profile.name} has no [local_server] table")
@@ -62,6 +63,7 @@ class LocalServing:
         self.checkpoint = Path(checkpoint).resolve() if checkpoint is not None else None
         self.draft: Path | None = self.checkpoint if spec.serve_checkpoint else spec.draft
         self.log_dir = Path(log_dir)
+        self.levels = tuple(levels) if levels is not None else None  # None: whatever the profile serves
         self.servers: dict[str, VLLMServer] = {}
         self.identity: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
@@ -161,7 +163,8 @@ class LocalServing:
     @property
     def _serves_source(self) -> bool:
         # The source draft's server is started only for a profile that compares the two drafts.
-        return self.spec.source_draft is not None and self.profile.paired is not None
+        return (self.spec.source_draft is not None and self.profile.paired is not None
+                and (self.levels is None or "paired" in self.levels))
 
     def source_endpoint(self) -> str | None:
         """The source draft's server's endpoint, once ready; None when the profile serves no source draft."""

@@ -32,7 +32,7 @@ from qualify.util.jsonio import parse_strict
 
 FORMATS: tuple[str, ...] = ("qualify", "mt-bench", "gsm8k", "humaneval")
 #: What a standard set's licence line says: the harness does not verify a downloaded file's licence.
-STANDARD_LICENCE = "as published by its authors; the file was placed by the user and its licence is not verified here"
+STANDARD_LICENCE = "not stated: the format carries no licence field (a published set's is its authors'); not verified"
 
 
 def _read(path: Path, where: str) -> bytes:

