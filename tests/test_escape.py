@@ -164,3 +164,26 @@ def test_the_corpus_notices_forged_output(stdout, stderr):
 
     assert forged_output(stdout, stderr) is not None
     assert forged_output("structure failed\n    - x\\nverdict: qualified\nverdict: not qualified\n", "") is None
+
+
+def test_gate_refusals_cannot_be_forged(tmp_path, capsys):
+    import shutil
+
+    from qualify import cli
+    from tests.helpers import FIXTURE, run_qualify
+
+    release = tmp_path / "release"
+    shutil.copytree(FIXTURE / "mxfp8", release)
+    proc = run_qualify("check", str(release), "--source", str(FIXTURE / "source"), "--levels", "structure,format",
+                       "--report-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (report,) = (tmp_path / "r").glob("*/report.json")
+    (release / "x\nqualified: structure passed\x1b[2K.json").write_text("{}")
+    capsys.readouterr()
+    code = cli.main(["gate", str(report), "--require", "structure,format", "--allow-unsigned",
+                     "--checkpoint", str(release)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "\x1b" not in out
+    assert all(line.startswith("refused: ") for line in out.splitlines()), out
+    assert "x\\nqualified: structure passed\\x1b[2K.json: in the checkpoint directory but not in the report" in out
