@@ -11,6 +11,7 @@ GPUs or an unpinned image is refused before anything loads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,15 +31,28 @@ SERVER_LOG = "server.log"
 
 def build_image(profile: Profile) -> tuple[str | None, dict[str, Any]]:
     """The image ID of a profile whose image is built here (``$.runtime.build``), and what the build did."""
-    from qualify.runtime import standin
+    from qualify.runtime import standin, vllm_cpu_image
 
+    builders = {"standin": (standin.ensure_image, "runtimes/standin"),
+                "vllm-cpu": (vllm_cpu_image.ensure_image, "runtimes/vllm-cpu")}
+    ensure, context = builders[profile.image_build or "standin"]
     try:
-        report = standin.ensure_image(c.docker_client())
+        report = ensure(c.docker_client())
     except QualifyError as exc:
         return None, {"error": str(exc)}
     return report.image_id, {"image": report.image, "image_id": report.image_id, "built": report.built,
                              "timings_s": report.timings_s,
-                             "pinned": "to the image ID built from this repository's runtimes/standin"}
+                             "pinned": f"to the image ID built from this repository's {context}"}
+
+
+def runtime_mounts(profile: Profile) -> tuple[c.Mount, ...]:
+    """What the profile's runtime mounts besides the draft: the vLLM CPU image's venv, Python and target."""
+    if profile.image_build != "vllm-cpu":
+        return ()
+    from qualify.runtime import vllm_cpu_image
+    from qualify.serving.vllm_server import vllm_venv
+
+    return vllm_cpu_image.mounts(profile, vllm_venv())
 
 
 class RuntimeSession:
@@ -68,6 +82,9 @@ class RuntimeSession:
                                  checkpoint_dir=checkpoint_dir if hf_cache is None else None, hf_cache=hf_cache,
                                  allow_unpinned=allow_unpinned, pass_hf_token=pass_hf_token,
                                  startup_timeout_s=startup_timeout_s, image_digest=image_digest)
+        extra = runtime_mounts(profile)
+        if extra:
+            self.plan = dataclasses.replace(self.plan, mounts=self.plan.mounts + extra)
         self._client_factory = client_factory
         self._gpu_query = gpu_query
         self._client: Any = None
