@@ -202,3 +202,44 @@ def test_qualify_run_fetches_draft_and_source_from_the_hub_at_their_commits(tmp_
         assert proc.returncode == 1, proc.stdout + proc.stderr
         failed = {c.id for lvl in run.levels for c in lvl.checks if c.status is Status.FAILED}
         assert "structure.output_checksums" in failed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("served_other", [False, True])
+def test_a_hub_fetched_source_is_proven_by_its_snapshot_and_the_hub(tmp_path: Path, served_other: bool) -> None:
+    """A profile that pins no source digests (the seed's): the downloaded snapshot and the hub's metadata prove it."""
+    from fixtures.corpus import unpinned_profile
+
+    commit = "5555555555555555555555555555555555555555"
+    profile_file = tmp_path / "unpinned.toml"
+    profile_file.write_text(unpinned_profile(tmp_path, tmp_path).replace('name = "fixture"', 'name = "unpinned"'))
+    profile = load_profile(profile_file)
+    hub = _hub_with_fixture(commit)
+    if served_other:  # the hub's metadata names the real weights, the bytes served are another model's
+        source_repo = hub.repos[profile.source_repo or ""]
+        genuine = source_repo.commits[profile.source_revision or ""]["model.safetensors"]
+        source_repo.serve_bytes[(profile.source_revision or "", "model.safetensors")] = genuine[:-1] + bytes(
+            [genuine[-1] ^ 1])
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
+    with hub.serving() as served:
+        env["HF_ENDPOINT"] = served.url
+        reports = tmp_path / "reports"
+        proc = subprocess.run([sys.executable, "-m", "qualify.cli", "run", "--profile", str(profile_file),
+                               "--draft-revision", commit, "--hf-cache", str(tmp_path / "cache"), "--levels",
+                               "structure,format,reproduction", "--report-dir", str(reports)],
+                              cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert TRACEBACK not in proc.stdout + proc.stderr
+    (path,) = reports.glob("*/report.json")
+    run = read_json(path)
+    identity = run.source["identity"]
+    if not served_other:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert identity["status"] == "verified" and identity["method"] == "hub cache snapshot and hub"
+        assert (identity["repo"], identity["revision"]) == (profile.source_repo, profile.source_revision)
+    else:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert identity["status"] == "not verified" and identity["repo"] is None
+        check = next(c for lvl in run.levels for c in lvl.checks if c.id == "structure.source_identity")
+        assert check.status is Status.FAILED
+        assert any(f.file == "model.safetensors" and "not the file it names" in f.message
+                   for f in check.evidence.findings), check.evidence.findings
