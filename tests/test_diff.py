@@ -189,3 +189,16 @@ def test_cli_exit_codes(tmp_path):
     assert different.stdout == run_qualify("diff", str(a), str(c)).stdout  # stable
     missing = run_qualify("diff", str(a), str(tmp_path / "nope.json"))
     assert missing.returncode == 2 and "no such report" in missing.stderr and TRACEBACK not in missing.stderr
+
+
+def test_how_the_source_was_proven_is_relevant():
+    from qualify.checkpoint.identity import identity_record
+
+    a, b = seed_run(), seed_run()
+    claimed = a.source["identity"]
+    b.source["identity"] = identity_record(verified=False, trusted=True, method=None, repo=claimed["claimed_repo"],
+                                           revision=claimed["claimed_revision"])
+    out = [c for c in relevant(diff_runs(a, b)) if c.subject.startswith("source identity")]
+    assert [c.subject for c in out] == ["source identity status", "source identity method", "source identity repo",
+                                        "source identity revision"]
+    assert str(out[0]) == "source identity status: verified -> trusted"

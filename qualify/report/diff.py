@@ -4,7 +4,7 @@ Each difference is a :class:`Change`, marked *relevant* when it bears on what a 
 is about or says:
 
 - relevant: the verdict, the qualified levels, interruption and harness errors; the
-  checkpoint's and source's identity (repo, revision, manifest sha256, every file's
+  checkpoint's and source's identity (repo, revision, manifest sha256, the source's proven identity, every file's
   sha256 and size: added, removed, changed); the profile (name, sha256, every
   condition, the runtime image and digest among them); any environment value whose
   key names an image or a digest (the runtime actually used); each level's presence,
@@ -72,6 +72,11 @@ def diff_runs(a: Run, b: Run) -> list[Change]:
         for key in ("repo", "revision", "manifest_sha256"):
             out += _compare(f"{what} {key}", x.get(key), y.get(key), relevant=True)
         out += file_changes(what, x.get("files") or [], y.get("files") or [])
+    # Whether the source was proven to be its pin, and how: a release on a trusted folder differs from one on a
+    # verified snapshot even when every byte is the same.
+    ia, ib = a.source.get("identity") or {}, b.source.get("identity") or {}
+    for key in ("status", "method", "repo", "revision"):
+        out += _compare(f"source identity {key}", ia.get(key), ib.get(key), relevant=True)
 
     out += _level_changes(a, b)
 
