@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualify.checkpoint import manifest as m
+from qualify.checks import structure as m
 
 pytestmark = pytest.mark.load
 

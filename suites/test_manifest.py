@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from qualify.checkpoint import manifest as m
 from qualify.checks import source_config as sc
+from qualify.checks import structure as m
 
 pytestmark = pytest.mark.structure
 

@@ -13,6 +13,7 @@ import pytest
 
 from qualify.checkpoint import files
 from qualify.checkpoint import manifest as m
+from qualify.checks import structure
 from qualify.profile import load_profile
 
 M = m.MANIFEST_NAME
@@ -30,12 +31,12 @@ def list_in_manifest(ckpt: Path, *rels: str) -> None:
 
 
 def file_list(ckpt: Path, **kw) -> list[tuple[str | None, str]]:
-    ev = m.check_file_list(m.load_manifest(ckpt), ckpt, **kw)
+    ev = structure.check_file_list(m.load_manifest(ckpt), ckpt, **kw)
     return [(f.file, f.message) for f in ev.findings]
 
 
 def paths(ckpt: Path) -> list[tuple[str | None, str]]:
-    ev = m.check_paths(m.read_manifest_json(ckpt), ckpt)
+    ev = structure.check_paths(m.read_manifest_json(ckpt), ckpt)
     return [(f.file, f.message) for f in ev.findings]
 
 
@@ -193,11 +194,11 @@ def test_a_control_character_in_a_manifest_path_fails_naming_it(fixture_copy, ba
     data = json.loads((ckpt / M).read_text())
     data["output"]["files"][0]["path"] = f"config{bad}.json"
     (ckpt / M).write_text(json.dumps(data))
-    ev = m.check_paths(data, ckpt)
+    ev = structure.check_paths(data, ckpt)
     assert not ev.ok
     assert any(f"control character {bad!a}" in f.message and "config" in f.message for f in ev.findings), ev.findings
     # The checksum check refuses to hash it too, and neither raises.
-    assert not m.check_checksums(m._files(data["output"]["files"]), ckpt, what="output").ok
+    assert not structure.check_checksums(m._files(data["output"]["files"]), ckpt, what="output").ok
 
 
 # -- a hub cache snapshot ---------------------------------------------------------------
@@ -220,7 +221,7 @@ def hub_snapshot(ckpt: Path, cache: Path, repo: str = "models--org--draft") -> P
 def test_a_hub_snapshot_with_content_addressed_blobs_passes(fixture_copy, tmp_path):
     ckpt, _ = fixture_copy
     snap = hub_snapshot(ckpt, tmp_path / "cache")
-    ev = m.check_paths(m.read_manifest_json(snap), snap)
+    ev = structure.check_paths(m.read_manifest_json(snap), snap)
     assert ev.ok, ev.failure_text()
     assert ev.measured["blobs_verified"] == 4
     assert file_list(snap) == []
@@ -233,7 +234,7 @@ def test_a_blobs_folder_that_is_a_link_elsewhere_is_refused(fixture_copy, tmp_pa
     real = tmp_path / "elsewhere"
     (repo / "blobs").rename(real)
     (repo / "blobs").symlink_to(real, target_is_directory=True)
-    assert m.storage_roots(snap) == (snap.resolve(),)
+    assert files.storage_roots(snap) == (snap.resolve(),)
     found = paths(snap)
     assert any(f == "blobs" and "is a link or lies outside its repository" in msg for f, msg in found)
     assert any(f == "model.safetensors" and "resolves outside" in msg for f, msg in found)

@@ -16,6 +16,7 @@ from qualify.checkpoint import manifest as m
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks import format as format_checks
 from qualify.checks import reproduction as r
+from qualify.checks import structure
 from qualify.errors import CheckpointError
 from qualify.profile import load_profile
 from tests.helpers import FIXTURE
@@ -80,8 +81,8 @@ def test_mutated_manifests_fail_cleanly(workdir: Path, path: tuple, value: Any, 
     ckpt, src = workdir / "mxfp8", workdir / "source"
     doc = mutate(GOOD, path, value, action)
     (ckpt / m.MANIFEST_NAME).write_text(json.dumps(doc))
-    schema = m.check_schema(ckpt)
-    results = [m.check_source_pinned(doc, PROFILE.source_revision), m.check_paths(doc, ckpt)]
+    schema = structure.check_schema(ckpt)
+    results = [structure.check_source_pinned(doc, PROFILE.source_revision), structure.check_paths(doc, ckpt)]
     try:
         man = m.load_manifest(ckpt)
     except CheckpointError as exc:
@@ -90,15 +91,15 @@ def test_mutated_manifests_fail_cleanly(workdir: Path, path: tuple, value: Any, 
     assert schema.ok
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
         results += [
-            m.check_file_list(man, ckpt),
-            m.check_checksums(man.output_files, ckpt, what="output"),
-            m.check_checksums(man.source_files, src, what="source", complete=True),
-            m.check_output_coverage(man, c),
-            m.check_source_coverage(man, s),
+            structure.check_file_list(man, ckpt),
+            structure.check_checksums(man.output_files, ckpt, what="output"),
+            structure.check_checksums(man.source_files, src, what="source", complete=True),
+            structure.check_output_coverage(man, c),
+            structure.check_source_coverage(man, s),
         ]
         results.append(format_checks.check_declared_format(man.quantization, PROFILE.format))
         if path[0] in ("tensors", "aggregate", "quantization"):  # the only parts these depend on
-            results.append(m.check_statistics(man, c, s, rtol=1e-6, atol=1e-12))
+            results.append(structure.check_statistics(man, c, s, rtol=1e-6, atol=1e-12))
             plan = [r.PlanItem(t.source_name, t.action) for t in man.tensors]
             results.append(r.check_quantized(plan, c, s, declared_recipe=man.scale_recipe, source_revision=None))
             results.append(r.check_unquantized(plan, c, s))

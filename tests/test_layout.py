@@ -36,6 +36,7 @@ def test_no_raw_profile_dict_is_read_outside_profile_py() -> None:
 @pytest.mark.parametrize("module", [
     "qualify.report.model", "qualify.report.markdown", "qualify.report.card", "qualify.report.diff",
     "qualify.release.gate", "qualify.release.attestation", "qualify.commands.gate", "qualify.cli",
+    "qualify.run.runner", "qualify.checkpoint.manifest",
 ])
 def test_the_modules_that_decide_or_render_a_verdict_do_not_load_torch(module: str) -> None:
     """The gate and the renderers run on a release machine without torch, and start fast."""

@@ -8,8 +8,10 @@ import os
 
 import pytest
 
+from qualify.checkpoint import files
 from qualify.checkpoint import manifest as m
 from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.checks import structure
 from qualify.errors import CheckpointError, ManifestError
 from qualify.profile import load_profile
 
@@ -31,15 +33,15 @@ def test_good_fixture_passes_every_structure_check(fixture_copy):
     prof = load_profile("fixture")
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
         for ev in (
-            m.check_schema(ckpt),
-            m.check_source_pinned(man.raw, prof.source_revision),
-            m.check_paths(man.raw, ckpt),
-            m.check_file_list(man, ckpt),
-            m.check_checksums(man.output_files, ckpt, what="output"),
-            m.check_checksums(man.source_files, src, what="source"),
-            m.check_output_coverage(man, c),
-            m.check_source_coverage(man, s),
-            m.check_statistics(man, c, s, rtol=1e-6, atol=1e-12),
+            structure.check_schema(ckpt),
+            structure.check_source_pinned(man.raw, prof.source_revision),
+            structure.check_paths(man.raw, ckpt),
+            structure.check_file_list(man, ckpt),
+            structure.check_checksums(man.output_files, ckpt, what="output"),
+            structure.check_checksums(man.source_files, src, what="source"),
+            structure.check_output_coverage(man, c),
+            structure.check_source_coverage(man, s),
+            structure.check_statistics(man, c, s, rtol=1e-6, atol=1e-12),
         ):
             assert ev.ok, ev.failure_text()
 
@@ -57,7 +59,7 @@ def test_good_fixture_passes_every_structure_check(fixture_copy):
 def test_unsafe_paths_are_named(fixture_copy, path, words):
     ckpt, _ = fixture_copy
     edit_manifest(ckpt, lambda d: d["output"]["files"][0].update(path=path))
-    ev = m.check_paths(m.read_manifest_json(ckpt), ckpt)
+    ev = structure.check_paths(m.read_manifest_json(ckpt), ckpt)
     assert not ev.ok and words in messages(ev) and path.strip() in messages(ev)
 
 
@@ -67,7 +69,7 @@ def test_a_symlink_out_of_the_checkpoint_is_caught(fixture_copy, tmp_path):
     outside.write_text("{}")
     os.symlink(outside, ckpt / "extra.json")
     edit_manifest(ckpt, lambda d: d["output"]["files"].append({"path": "extra.json", "sha256": "0" * 64, "size": 2}))
-    ev = m.check_paths(m.read_manifest_json(ckpt), ckpt)
+    ev = structure.check_paths(m.read_manifest_json(ckpt), ckpt)
     assert "resolves outside the checkpoint" in messages(ev)
 
 
@@ -91,7 +93,7 @@ def _as_hub_snapshot(ckpt, cache, repo="models--org--draft"):
 def test_a_hub_cache_snapshot_links_into_its_own_blobs_only(fixture_copy, tmp_path):
     ckpt, _ = fixture_copy
     snap = _as_hub_snapshot(ckpt, tmp_path / "cache")
-    ev = m.check_paths(m.read_manifest_json(snap), snap)
+    ev = structure.check_paths(m.read_manifest_json(snap), snap)
     assert ev.ok, ev.failure_text()
     # Another repo's blobs, or a file anywhere else, is still outside the release.
     other = tmp_path / "cache" / "models--org--other" / "blobs"
@@ -101,27 +103,27 @@ def test_a_hub_cache_snapshot_links_into_its_own_blobs_only(fixture_copy, tmp_pa
     target.unlink()
     os.symlink(other / "cfg", target)
     assert "output path 'config.json' resolves outside the checkpoint" in messages(
-        m.check_paths(m.read_manifest_json(snap), snap))
+        structure.check_paths(m.read_manifest_json(snap), snap))
 
 
 def test_a_folder_named_like_a_snapshot_outside_a_hub_cache_gets_no_blobs(tmp_path):
     plain = tmp_path / "work" / "snapshots" / "x"
-    assert m.storage_roots(plain) == (plain.resolve(),)
+    assert files.storage_roots(plain) == (plain.resolve(),)
     snap = tmp_path / "models--a--b" / "snapshots" / "c"
-    assert m.storage_roots(snap) == (snap.resolve(), (tmp_path / "models--a--b" / "blobs").resolve())
+    assert files.storage_roots(snap) == (snap.resolve(), (tmp_path / "models--a--b" / "blobs").resolve())
 
 
 def test_a_file_listed_twice(fixture_copy):
     ckpt, _ = fixture_copy
     edit_manifest(ckpt, lambda d: d["output"]["files"].append(dict(d["output"]["files"][0])))
-    assert "listed 2 times" in messages(m.check_paths(m.read_manifest_json(ckpt), ckpt))
+    assert "listed 2 times" in messages(structure.check_paths(m.read_manifest_json(ckpt), ckpt))
 
 
 def test_an_unlisted_config_file_is_unverified(fixture_copy):
     ckpt, _ = fixture_copy
     (ckpt / "generation_config.json").write_text("{}")
     (ckpt / "README.md").write_text("notes")  # does not affect loading: allowed unlisted
-    ev = m.check_file_list(m.load_manifest(ckpt), ckpt)
+    ev = structure.check_file_list(m.load_manifest(ckpt), ckpt)
     assert [f.file for f in ev.findings] == ["generation_config.json"]
 
 
@@ -129,7 +131,7 @@ def test_size_and_checksum_mismatch(fixture_copy):
     ckpt, _ = fixture_copy
     with open(ckpt / "config.json", "a") as fh:
         fh.write(" ")
-    ev = m.check_checksums(m.load_manifest(ckpt).output_files, ckpt, what="output")
+    ev = structure.check_checksums(m.load_manifest(ckpt).output_files, ckpt, what="output")
     text = messages(ev)
     assert "config.json: size is" in text and "config.json: sha256 is" in text
 
@@ -138,20 +140,20 @@ def test_size_and_checksum_mismatch(fixture_copy):
 def test_mutable_revisions_are_refused(fixture_copy, revision, words):
     ckpt, _ = fixture_copy
     edit_manifest(ckpt, lambda d: d["source"].update(revision=revision))
-    ev = m.check_source_pinned(m.read_manifest_json(ckpt), None)
+    ev = structure.check_source_pinned(m.read_manifest_json(ckpt), None)
     assert words in messages(ev) and "40-hex" in messages(ev)
 
 
 def test_a_revision_other_than_the_profiles(fixture_copy):
     ckpt, _ = fixture_copy
-    ev = m.check_source_pinned(m.read_manifest_json(ckpt), "a" * 40)
+    ev = structure.check_source_pinned(m.read_manifest_json(ckpt), "a" * 40)
     assert "is not the revision the profile qualifies" in messages(ev)
 
 
 def test_schema_violations_are_listed_with_their_path(fixture_copy):
     ckpt, _ = fixture_copy
     edit_manifest(ckpt, lambda d: d["tensors"][0].update(action="rounded"))
-    ev = m.check_schema(ckpt)
+    ev = structure.check_schema(ckpt)
     assert "$.tensors[0].action" in messages(ev)
     with pytest.raises(ManifestError, match="fails its schema"):
         m.load_manifest(ckpt)
@@ -187,7 +189,7 @@ def test_a_tensor_accounted_twice_and_a_phantom_source_tensor(fixture_copy):
 
     edit_manifest(ckpt, twice)
     with Checkpoint.open(src) as s:
-        text = messages(m.check_source_coverage(m.load_manifest(ckpt), s))
+        text = messages(structure.check_source_coverage(m.load_manifest(ckpt), s))
     assert "accounted for 2 times" in text
     assert "ghost.weight" in text and "source does not have" in text
 
@@ -196,7 +198,7 @@ def test_a_source_tensor_the_manifest_forgot(fixture_copy):
     ckpt, src = fixture_copy
     edit_manifest(ckpt, lambda d: d.update(tensors=[t for t in d["tensors"] if t["source_name"] != "norm.weight"]))
     with Checkpoint.open(src) as s:
-        ev = m.check_source_coverage(m.load_manifest(ckpt), s)
+        ev = structure.check_source_coverage(m.load_manifest(ckpt), s)
     assert "norm.weight" in messages(ev) and "not accounted for" in messages(ev)
 
 
@@ -211,7 +213,7 @@ def test_statistics_that_were_made_up(fixture_copy):
 
     edit_manifest(ckpt, fudge)
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
-        ev = m.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
+        ev = structure.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
     assert len(ev.findings) == 1 and "mse: claimed" in messages(ev)
     assert ev.findings[0].tensor == "candidate_selector.hidden_projection.weight"
 
@@ -220,7 +222,7 @@ def test_statistics_with_nothing_quantized_are_not_a_pass(fixture_copy):
     ckpt, src = fixture_copy
     edit_manifest(ckpt, lambda d: d.update(tensors=[t for t in d["tensors"] if t["action"] != "quantized"]))
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
-        ev = m.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
+        ev = structure.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
     assert found(ev) == [(M, None, "the manifest marks no tensor as quantized: there is nothing to verify")]
 
 
@@ -293,9 +295,9 @@ def test_the_model_of_a_manifest(fixture_copy):
 
 def test_check_schema_counts_and_locates(fixture_copy):
     ckpt, _ = fixture_copy
-    assert m.check_schema(ckpt).measured == {"format_version": 1, "schema_violations": 0}
+    assert structure.check_schema(ckpt).measured == {"format_version": 1, "schema_violations": 0}
     edit_manifest(ckpt, lambda d: (d["tensors"][1].update(action="rounded"), d["tensors"][2].update(action="x")))
-    ev = m.check_schema(ckpt)
+    ev = structure.check_schema(ckpt)
     assert found(ev) == [
         (M, None, "schema: $.tensors[1].action: 'rounded' is not one of ['quantized', 'kept', 'excluded']"),
         (M, None, "schema: $.tensors[2].action: 'x' is not one of ['quantized', 'kept', 'excluded']"),
@@ -308,17 +310,17 @@ def test_check_source_pinned_exact(fixture_copy):
     ckpt, _ = fixture_copy
     raw = m.read_manifest_json(ckpt)
     revision, repo = raw["source"]["revision"], raw["source"]["repo"]
-    ok = m.check_source_pinned(raw, revision)
+    ok = structure.check_source_pinned(raw, revision)
     assert ok.ok and ok.measured == {"repo": repo, "revision": revision} and ok.expected == {"revision": revision}
     assert ok.summary == "the source checkpoint is pinned to an immutable 40-hex commit"
-    unpinned = m.check_source_pinned(raw, None)
+    unpinned = structure.check_source_pinned(raw, None)
     assert unpinned.ok and unpinned.expected == {}
     moving = "the conversion cannot be reproduced; record the 40-hex commit the conversion read"
-    assert found(m.check_source_pinned({"source": {"revision": ""}}, None)) == [
+    assert found(structure.check_source_pinned({"source": {"revision": ""}}, None)) == [
         (M, None, f"source revision is empty: a branch, tag or empty revision moves, so {moving}")]
-    assert found(m.check_source_pinned({"source": "main"}, None)) == [
+    assert found(structure.check_source_pinned({"source": "main"}, None)) == [
         (M, None, f"source revision is empty: a branch, tag or empty revision moves, so {moving}")]
-    assert found(m.check_source_pinned({"source": {"revision": "main"}}, "a" * 40)) == [
+    assert found(structure.check_source_pinned({"source": {"revision": "main"}}, "a" * 40)) == [
         (M, None, f"source revision 'main': a branch, tag or empty revision moves, so {moving}".replace(
             "revision 'main':", "revision is 'main':")),
         (M, None, f"source revision 'main' is not the revision the profile qualifies ({'a' * 40})"),
@@ -340,7 +342,7 @@ def test_check_paths_exact(fixture_copy):
         d["source"]["files"].append({"path": "/abs.json", "sha256": "0" * 64, "size": 1})
 
     edit_manifest(ckpt, damage)
-    ev = m.check_paths(m.read_manifest_json(ckpt), ckpt)
+    ev = structure.check_paths(m.read_manifest_json(ckpt), ckpt)
     msgs = found(ev)
     assert msgs[:5] == [
         (M, None, "output file 'config.json' is listed 2 times"),
@@ -364,19 +366,19 @@ def test_check_paths_outside_and_empty(fixture_copy, tmp_path):
     (tmp_path / "outside.json").write_text("{}")
     os.symlink(tmp_path / "outside.json", ckpt / "extra.json")
     edit_manifest(ckpt, lambda d: d["output"]["files"].append({"path": "extra.json", "sha256": "0" * 64, "size": 2}))
-    ev = m.check_paths(m.read_manifest_json(ckpt), ckpt)
+    ev = structure.check_paths(m.read_manifest_json(ckpt), ckpt)
     assert found(ev) == [("extra.json", None, f"output path 'extra.json' resolves outside the checkpoint "
                                               f"(to {(tmp_path / 'outside.json').resolve()})")]
     outside = (tmp_path / "outside.json").resolve()
     for raw in ({}, {"output": [], "source": {"files": "none"}}, {"output": {"files": []}, "source": {}}):
-        empty = m.check_paths(raw, ckpt)
+        empty = structure.check_paths(raw, ckpt)
         # The folder itself is still looked at: the link ships whatever the manifest says.
         assert found(empty) == [(M, None, "the manifest lists no files"),
                                 ("extra.json", None, f"resolves outside the checkpoint (to {outside}); it would "
                                  "ship another file's bytes")]
         assert empty.measured["paths_checked"] == 0
     (ckpt / "extra.json").unlink()
-    one = m.check_paths({"source": {"files": [{"path": "a.json"}]}}, ckpt)
+    one = structure.check_paths({"source": {"files": [{"path": "a.json"}]}}, ckpt)
     assert one.ok and one.measured == {"paths_checked": 1, "blobs_verified": 0, "files_in_folder": 4}
 
 
@@ -397,7 +399,7 @@ def test_check_paths_outside_and_empty(fixture_copy, tmp_path):
     ],
 )
 def test_path_problems(path, problem):
-    assert m._path_problem(path) == problem
+    assert structure._path_problem(path) == problem
 
 
 def test_list_checkpoint_files_skips_only_what_an_upload_skips(tmp_path):
@@ -419,7 +421,7 @@ def test_check_file_list_exact(fixture_copy):
         d["output"]["files"].append({"path": M, "sha256": "0" * 64, "size": 1})
 
     edit_manifest(ckpt, damage)
-    ev = m.check_file_list(m.load_manifest(ckpt), ckpt)
+    ev = structure.check_file_list(m.load_manifest(ckpt), ckpt)
     unlisted = ("present in the checkpoint but not listed in the manifest: it would ship unverified (only README, "
                 "images and licence texts may be unlisted)")
     assert found(ev) == [
@@ -444,7 +446,7 @@ def test_check_checksums_exact(fixture_copy):
         m.FileEntry("gone.json", "0" * 64, 1),
         *man.output_files,
     )
-    ev = m.check_checksums(files, ckpt, what="output", complete=True)
+    ev = structure.check_checksums(files, ckpt, what="output", complete=True)
     size = (ckpt / "config.json").stat().st_size
     config = next(f for f in man.output_files if f.path == "config.json")
     got = __import__("hashlib").sha256((ckpt / "config.json").read_bytes()).hexdigest()
@@ -459,11 +461,11 @@ def test_check_checksums_exact(fixture_copy):
     assert ev.measured == {"files_hashed": 3, "bytes_hashed": total}
     assert ev.summary == "output files match the manifest's sha256 and size"
     # Without `complete` an unlisted file is not this check's business; the manifest itself never is.
-    assert [f.file for f in m.check_checksums(files, ckpt, what="output").findings] == [
+    assert [f.file for f in structure.check_checksums(files, ckpt, what="output").findings] == [
         M, "gone.json", "config.json", "config.json"]
-    source = m.check_checksums(man.source_files, src, what="source", complete=True)
+    source = structure.check_checksums(man.source_files, src, what="source", complete=True)
     assert source.ok and source.measured["files_hashed"] == 2
-    assert found(m.check_checksums((), src, what="source")) == [(M, None, "the manifest lists no source files")]
+    assert found(structure.check_checksums((), src, what="source")) == [(M, None, "the manifest lists no source files")]
 
 
 def test_check_checksums_names_an_unreadable_file(fixture_copy, monkeypatch):
@@ -474,9 +476,9 @@ def test_check_checksums_names_an_unreadable_file(fixture_copy, monkeypatch):
         seen["labels"] = labels
         raise CheckpointError("cannot read: permission denied", file=labels[-1])
 
-    monkeypatch.setattr(m, "sha256_files", refuse)
+    monkeypatch.setattr(structure, "sha256_files", refuse)
     man = m.load_manifest(ckpt)
-    ev = m.check_checksums(man.output_files, ckpt, what="output")
+    ev = structure.check_checksums(man.output_files, ckpt, what="output")
     assert seen["labels"] == [f.path for f in man.output_files]
     assert found(ev) == [("model.safetensors", None, "cannot read: permission denied")]
     assert ev.measured == {}
@@ -505,7 +507,7 @@ def test_check_output_coverage_exact(fixture_copy):
 
     edit_manifest(ckpt, damage)
     with Checkpoint.open(ckpt) as c:
-        ev = m.check_output_coverage(m.load_manifest(ckpt), c)
+        ev = structure.check_output_coverage(m.load_manifest(ckpt), c)
     copied = "tensor must be copied unchanged, but the manifest maps it to"
     assert found(ev) == [
         (M, "hidden_norm.weight", f"kept {copied} 'hidden_norm.weight' F32 [256]"),
@@ -553,7 +555,7 @@ def test_each_entry_maps_to_what_its_action_produces(entry, messages):
     from qualify.report.model import Evidence
 
     ev = Evidence("entry")
-    m._check_entry_shape(entry, ev)
+    structure._check_entry_shape(entry, ev)
     assert found(ev) == [(M, entry.source_name, msg) for msg in messages]
 
 
@@ -565,7 +567,7 @@ def test_check_output_coverage_of_an_empty_checkpoint(fixture_copy, tmp_path):
     ckpt, _ = fixture_copy
     empty = write_checkpoint(tmp_path / "empty", {})
     with Checkpoint.open(empty) as c:
-        ev = m.check_output_coverage(replace(m.load_manifest(ckpt), tensors=()), c)
+        ev = structure.check_output_coverage(replace(m.load_manifest(ckpt), tensors=()), c)
     assert found(ev) == [(None, None, "the checkpoint has no tensors")]
     assert ev.measured == {"manifest_outputs": 0, "checkpoint_tensors": 0}
 
@@ -586,7 +588,7 @@ def test_check_source_coverage_exact(fixture_copy, tmp_path):
 
     edit_manifest(ckpt, damage)
     with Checkpoint.open(src) as s:
-        ev = m.check_source_coverage(m.load_manifest(ckpt), s)
+        ev = structure.check_source_coverage(m.load_manifest(ckpt), s)
     first = "candidate_selector.hidden_projection.weight"
     assert found(ev) == [
         (M, first, "accounted for 2 times"),
@@ -602,7 +604,7 @@ def test_check_source_coverage_exact(fixture_copy, tmp_path):
     from tests.helpers import write_checkpoint
 
     with Checkpoint.open(write_checkpoint(tmp_path / "empty", {})) as s:
-        empty = m.check_source_coverage(replace(m.load_manifest(ckpt), tensors=()), s)
+        empty = structure.check_source_coverage(replace(m.load_manifest(ckpt), tensors=()), s)
     assert found(empty) == [(None, None, "the source checkpoint has no tensors")]
     assert empty.measured == {"source_tensors": 0, "quantized": 0, "kept": 0, "excluded": 0}
 
@@ -624,7 +626,7 @@ def test_check_statistics_exact(fixture_copy, tmp_path):
 
     edit_manifest(ckpt, damage)
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
-        ev = m.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
+        ev = structure.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
     assert [(f.file, f.tensor) for f in ev.findings] == [(None, "ghost.weight"), (M, q)]
     assert ev.findings[0].message == "cannot recompute: weight, scale or source tensor is missing"
     assert ev.findings[1].message.startswith("statistics differ from the tensors: ")
@@ -636,7 +638,7 @@ def test_check_statistics_exact(fixture_copy, tmp_path):
                           "the manifest (rtol 1e-06, atol 1e-12)")
     edit_manifest(ckpt, lambda d: d["tensors"].pop(0))
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
-        ev = m.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
+        ev = structure.check_statistics(m.load_manifest(ckpt), c, s, rtol=1e-6, atol=1e-12)
     assert [(f.file, f.tensor) for f in ev.findings] == [(M, q), (M, None)]
     assert ev.findings[1].message.startswith("aggregate statistics differ from the tensors: ")
     parts = ev.findings[1].message.split(": ", 1)[1].split("; ")
@@ -656,11 +658,11 @@ def test_check_statistics_of_tensors_that_are_not_mxfp8(fixture_copy, monkeypatc
             raise CheckpointError("has non-finite values", file="source/model.safetensors")
         return real(entry, checkpoint, source, recipe)
 
-    real = m.recompute_statistics
-    monkeypatch.setattr(m, "recompute_statistics", broken)
+    real = structure.recompute_statistics
+    monkeypatch.setattr(structure, "recompute_statistics", broken)
     man = m.load_manifest(ckpt)
     with Checkpoint.open(ckpt) as c, Checkpoint.open(src) as s:
-        ev = m.check_statistics(man, c, s, rtol=1e-6, atol=1e-12)
+        ev = structure.check_statistics(man, c, s, rtol=1e-6, atol=1e-12)
     assert set(calls) == {man.scale_recipe}
     assert found(ev) == [
         ("model.safetensors", "fc.weight", "cannot recompute statistics: shape mismatch"),
@@ -673,12 +675,13 @@ def test_check_source_pinned_repository(fixture_copy):
     ckpt, _ = fixture_copy
     raw = m.read_manifest_json(ckpt)
     revision, repo = raw["source"]["revision"], raw["source"]["repo"]
-    ok = m.check_source_pinned(raw, revision, repo)
+    ok = structure.check_source_pinned(raw, revision, repo)
     assert ok.ok and ok.expected == {"repo": repo, "revision": revision}
     other = {"source": {"repo": "other-org/dflash2-tiny", "revision": revision}}
-    assert found(m.check_source_pinned(other, revision, repo)) == [
+    assert found(structure.check_source_pinned(other, revision, repo)) == [
         (M, None, f"source repository is 'other-org/dflash2-tiny', not the repository the profile qualifies ({repo})")]
     # Names compare exactly: a repository in other letters is not taken on trust.
-    assert not m.check_source_pinned({"source": {"repo": repo.upper(), "revision": revision}}, revision, repo).ok
-    assert found(m.check_source_pinned({"source": {"revision": revision}}, revision, repo)) == [
+    upper = {"source": {"repo": repo.upper(), "revision": revision}}
+    assert not structure.check_source_pinned(upper, revision, repo).ok
+    assert found(structure.check_source_pinned({"source": {"revision": revision}}, revision, repo)) == [
         (M, None, f"source repository is missing, not the repository the profile qualifies ({repo})")]

@@ -1,1 +1,4 @@
-"""checkpoint"""
+"""Reading and writing a checkpoint: the strict safetensors reader and its writer, checksums and
+content revisions, the file inventory, the quantization and model configs, the conversion
+manifest's model, the hub, and ``qualify convert``.
+"""
