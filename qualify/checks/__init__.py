@@ -1,4 +1,6 @@
-"""The checkpoint levels' checks that need more than one input: the MXFP8 format (``format``) and
-bit-exact reproduction from the source (``reproduction``). Each returns
-:class:`~qualify.report.model.Evidence`; the structure checks live beside the manifest they read.
+"""The checkpoint levels' checks: ``structure`` (the manifest's claims against the files, the source's
+identity), ``source_config`` (the checkpoint's configuration is the source's), ``format`` (the
+MXFP8 layout and quantization config) and ``reproduction`` (every byte re-made from the source).
+
+Each ``check_*`` function returns :class:`~qualify.report.model.Evidence`; the suites record it.
 """
