@@ -74,12 +74,13 @@ def test_pin_findings_content_revision() -> None:
 def test_pin_findings_per_file() -> None:
     pins = ident.SourcePins(sha256={"config.json": "1" * 64, "model.safetensors": "2" * 64})
     assert ident.pin_findings({"config.json": "1" * 64, "model.safetensors": "2" * 64}, pins) == []
-    found = ident.pin_findings({"config.json": "9" * 64, "extra.json": "4" * 64, ".cache/x": "5" * 64}, pins)
+    found = ident.pin_findings({"config.json": "9" * 64, "extra.json": "4" * 64, ".hidden/x": "5" * 64}, pins)
     assert found == [
         (f"sha256 is {'9' * 64}, the profile pins {'1' * 64}", "config.json"),
         ("pinned by the profile but missing from the source folder", "model.safetensors"),
+        ("in the source folder but not pinned by the profile: its content is unverified", ".hidden/x"),
         ("in the source folder but not pinned by the profile: its content is unverified", "extra.json"),
-    ]  # download metadata in a dot-folder is never loaded, so it needs no pin
+    ]
 
 
 def test_snapshot_path_and_findings(tmp_path: Path) -> None:
@@ -169,6 +170,22 @@ def test_a_changed_source_is_refuted_by_the_pins_and_trust_does_not_help(source:
         assert not ev.ok and ev.measured["status"] == "not verified" and ev.measured["repo"] is None
         assert ev.summary.startswith("source identity not verified: the profile digests refute")
         assert f"the profile pins {PINNED_SOURCE}" in messages(ev)[0]
+
+
+def test_download_metadata_does_not_change_the_content_revision(source: Path) -> None:
+    # `hf download --local-dir` leaves .cache/huggingface/ beside the files; a release leaves it out too.
+    meta = source / ".cache" / "huggingface" / "download"
+    meta.mkdir(parents=True)
+    (meta / "model.safetensors.metadata").write_text(f"{PINNED_SOURCE}\n{'a' * 64}\n0\n")
+    assert verify(source, ident.SourcePins(content_revision=PINNED_SOURCE)).ok
+    (source / ".cache" / "other").write_text("x")  # anything else in the folder is part of it
+    assert not verify(source, ident.SourcePins(content_revision=PINNED_SOURCE)).ok
+
+
+def test_a_source_folder_holding_a_fifo_cannot_be_hashed(source: Path) -> None:
+    os.mkfifo(source / "pipe")
+    with pytest.raises(ident.CheckpointError, match="not a regular file"):
+        verify(source, ident.SourcePins(content_revision=PINNED_SOURCE))
 
 
 def test_per_file_pins(source: Path) -> None:

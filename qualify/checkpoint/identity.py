@@ -91,8 +91,8 @@ def snapshot_path(root: Path) -> SnapshotPath | None:
 def pin_findings(digests: Mapping[str, str], pins: SourcePins) -> list[tuple[str, str | None]]:
     """What in ``digests`` ({relative path: sha256}) contradicts ``pins``, as (message, file) pairs.
 
-    ``content_revision`` is compared with :func:`content_revision` of every file; with
-    ``sha256`` pins, the folder must hold exactly the pinned files with those digests.
+    ``content_revision`` is compared with :func:`content_revision` of ``digests``; with
+    ``sha256`` pins, ``digests`` must hold exactly the pinned files with those digests.
     """
     out: list[tuple[str, str | None]] = []
     if pins.content_revision:
@@ -107,9 +107,7 @@ def pin_findings(digests: Mapping[str, str], pins: SourcePins) -> list[tuple[str
         elif got != want:
             out.append((f"sha256 is {got}, the profile pins {want}", path))
     if pins.sha256:
-        # Dot-folders hold download metadata (.cache/huggingface, .git), never loaded.
-        loaded = {p for p in digests if not any(part.startswith(".") for part in PurePosixPath(p).parts[:-1])}
-        for path in sorted(loaded - set(pins.sha256)):
+        for path in sorted(set(digests) - set(pins.sha256)):
             out.append(("in the source folder but not pinned by the profile: its content is unverified", path))
     return out
 
@@ -177,9 +175,9 @@ def hub_findings(
 
 
 def _files(root: Path) -> list[str]:
-    # Every file, links included (a snapshot is made of them); dot-folders hold download
-    # metadata (.cache/huggingface), never loaded. Kept in step with the manifest's listing.
-    from qualify.checkpoint.manifest import list_checkpoint_files
+    # What a release of the folder would hold (links included: a snapshot is made of them; .git/ and
+    # .cache/huggingface/ left out, as download metadata), the same listing every structure check reads.
+    from qualify.checkpoint.files import list_checkpoint_files
 
     return list_checkpoint_files(root)
 
@@ -199,10 +197,9 @@ def _ref(path: Path) -> str:
 
 
 def _check_pins(ev: Evidence, root: Path, rels: list[str], pins: SourcePins) -> None:
-    # The content revision covers every regular file, as folder_revision computes it.
-    from qualify.checkpoint.checksums import folder_digests
-
-    digests = folder_digests(root) if pins.content_revision else _digests(root, rels)
+    # Over the folder's listing, so a `hf download --local-dir` copy (its .cache/huggingface/ metadata) of
+    # the same files has the same content revision; for a folder without those, it is folder_revision's.
+    digests = _digests(root, rels)
     for message, file in pin_findings(digests, pins):
         ev.add(message, file=file)
     ev.measured["content_revision"] = content_revision(digests)
