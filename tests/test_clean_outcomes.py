@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from qualify import cli
-from qualify.checkpoint.convert import convert
 from qualify.errors import HarnessError, QuantizationError, UsageError
+from qualify.release.convert import convert
 from qualify.report.model import read_json
 from qualify.run import pipeline
 from tests.helpers import FIXTURE, run_qualify

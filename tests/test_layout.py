@@ -43,3 +43,50 @@ def test_the_modules_that_decide_or_render_a_verdict_do_not_load_torch(module: s
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "False", f"{module} imports torch"
+
+
+#: What each part of the package may import (README, "Design"): arrows point down the table.
+MAY_IMPORT: dict[str, set[str]] = {
+    "util": {"errors"},
+    "errors": {"util"},
+    "schemas": {"errors"},
+    "report": {"util", "errors", "schemas"},
+    "profile": {"util", "errors", "schemas", "report"},
+    "mxfp8": {"errors"},
+    "checkpoint": {"util", "errors", "schemas", "report", "mxfp8"},
+    "checks": {"util", "errors", "schemas", "report", "mxfp8", "checkpoint", "profile"},
+    "runtime": {"util", "errors", "schemas", "report", "profile", "checkpoint"},
+    "serving": {"util", "errors", "schemas", "report", "profile", "checkpoint", "runtime"},
+    "release": {"util", "errors", "schemas", "report", "profile", "mxfp8", "checkpoint", "checks"},
+    "run": {"util", "errors", "schemas", "report", "profile", "mxfp8", "checkpoint", "checks", "runtime", "serving",
+            "release"},
+    "commands": {"util", "errors", "schemas", "report", "profile", "checkpoint", "runtime", "release", "run"},
+    "cli": {"util", "errors", "commands"},
+}
+
+
+def imported_parts(path: Path) -> set[str]:
+    parts = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            bits = name.split(".")
+            if bits[0] == "qualify" and len(bits) > 1 and bits[1] in MAY_IMPORT:
+                parts.add(bits[1])
+    return parts
+
+
+def test_each_part_imports_only_the_parts_below_it() -> None:
+    wrong = []
+    for path in python_files(PACKAGE):
+        rel = path.relative_to(PACKAGE)
+        part = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        if part not in MAY_IMPORT:
+            continue
+        for other in sorted(imported_parts(path) - MAY_IMPORT[part] - {part}):
+            wrong.append(f"{rel} imports qualify.{other}")
+    assert wrong == []

@@ -32,10 +32,11 @@ import pytest
 from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.report.model import Status, read_json
+from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
 from qualify.serving import specdecode as sd
-from qualify.serving.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
+from qualify.serving.vllm_server import VLLMServer, plan_for_profile, start_together
 from qualify.util.ports import free_port
 from tests.helpers import REPO
 

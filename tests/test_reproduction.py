@@ -9,13 +9,13 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.corpus import swizzle_scales
-from qualify.checkpoint.convert import describe_conversion
 from qualify.checkpoint.manifest import load_manifest
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks import reproduction as r
 from qualify.errors import CheckpointError
 from qualify.mxfp8 import codec as mxfp8
 from qualify.profile import load_profile
+from qualify.release.convert import describe_conversion
 from tests.helpers import FIXTURE, run_qualify, write_checkpoint
 
 REVISION = load_profile("fixture").source_revision  # the shipped fixture source's stand-in commit
@@ -120,8 +120,8 @@ def test_manifest_cli_then_check_qualifies_a_foreign_conversion(tmp_path):
 
 
 def test_k_not_multiple_of_32_is_refused_by_the_converter(tmp_path):
-    from qualify.checkpoint.convert import convert
     from qualify.errors import QuantizationError
+    from qualify.release.convert import convert
 
     src = write_dir(tmp_path / "src", {"layers.0.mlp.up_proj.weight": torch.ones(8, 48, dtype=torch.bfloat16)})
     with pytest.raises(QuantizationError, match="K = 48 is not a multiple of 32"):

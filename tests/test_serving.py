@@ -22,10 +22,11 @@ from qualify import errors
 from qualify.errors import HarnessError, UsageError
 from qualify.profile import load_profile
 from qualify.report.plots import position_acceptance_svg
+from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.serving import client as serving
 from qualify.serving import specdecode as sd
 from qualify.serving.throughput import throughput_evidence
-from qualify.serving.vllm_server import ServerPlan, find_vllm_python, plan_for_profile
+from qualify.serving.vllm_server import ServerPlan, plan_for_profile
 from tests.fault_server import QuietJSONHandler
 from tests.test_specdecode import metrics_text
 

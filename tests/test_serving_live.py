@@ -33,8 +33,9 @@ import pytest
 from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.report.model import Check, Run, Status, Verdict, read_json
+from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
 from qualify.serving import specdecode as sd
-from qualify.serving.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
+from qualify.serving.vllm_server import VLLMServer, plan_for_profile, start_together
 from qualify.util.ports import free_port
 from tests.helpers import REPO
 

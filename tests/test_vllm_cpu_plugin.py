@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from qualify.errors import HarnessError
+from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.runtime.vllm_cpu_plugin import ACTIVE_LINE, server_env
-from qualify.serving.vllm_server import find_vllm_python
 
 pytestmark = [pytest.mark.slow]
 

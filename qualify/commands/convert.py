@@ -54,7 +54,7 @@ def _add_source_identity(p: argparse.ArgumentParser) -> None:
 
 def run_convert(args: argparse.Namespace) -> int:
 
-    from qualify.checkpoint.convert import convert
+    from qualify.release.convert import convert
 
     if not is_commit(args.source_revision):
         raise UsageError(f"--source-revision {args.source_revision!r} is not a 40-hex commit")
@@ -70,8 +70,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_manifest(args: argparse.Namespace) -> int:
-    from qualify.checkpoint.convert import describe_conversion
     from qualify.checkpoint.quant_config import HF_QUANT_CONFIG
+    from qualify.release.convert import describe_conversion
 
     output = existing_dir(args.output, "converted checkpoint")
     producer = None

@@ -50,7 +50,7 @@ def runtime_mounts(profile: Profile) -> tuple[c.Mount, ...]:
     if profile.image_build != "vllm-cpu":
         return ()
     from qualify.runtime import vllm_cpu_image
-    from qualify.serving.vllm_server import vllm_venv
+    from qualify.runtime.vllm_cpu import vllm_venv
 
     return vllm_cpu_image.mounts(profile, vllm_venv())
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from qualify.errors import HarnessError
+from qualify.runtime.vllm_cpu import VLLM_VERSION
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO_ROOT / "runtimes" / "vllm-cpu" / "plugin"
 #: The vLLM version the plugin patches (it refuses any other).
-PLUGIN_VLLM_VERSION = "0.32.0"
+PLUGIN_VLLM_VERSION = VLLM_VERSION
 #: The first words of the line every vLLM process logs once the plugin has applied its changes.
 ACTIVE_LINE = "qualify-vllm-cpu plugin active"
 #: What the plugin changes, in the words the report uses.

