@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from qualify.checkpoint.identity import IDENTITY_KEYS, NOT_VERIFIED, SourcePins, verify_source
+from qualify.checkpoint.identity import IDENTITY_KEYS, SourcePins
 from qualify.checkpoint.manifest import Manifest, load_manifest, read_manifest_json
 from qualify.checkpoint.quant_config import QuantConfig, read_model_config, read_quant_config
 from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.checks.source_identity import check_source_identity
 from qualify.errors import CheckpointError, SourceIdentityError
 from qualify.profile import Profile, load_profile
-from qualify.report.model import Evidence
+from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
 from qualify.run.suite_plugin import find_plugin
 from suites.runtime_fixtures import runtime, runtime_teardown, started_runtime  # noqa: F401  (fixtures)
 from suites.serving_fixtures import *  # noqa: F403  (the serving levels' fixtures)
@@ -48,7 +49,7 @@ def source_identity(request: pytest.FixtureRequest, profile: Profile) -> Evidenc
     path = request.config.getoption("--source")
     if path is None:
         pytest.skip("no --source given: claims about the source (checksums, coverage, statistics) cannot be verified")
-    ev = verify_source(Path(path), repo=profile.source_repo, revision=profile.source_revision,
+    ev = check_source_identity(Path(path), repo=profile.source_repo, revision=profile.source_revision,
                        pins=SourcePins(profile.source_content_revision, profile.source_sha256),
                        trust=bool(request.config.getoption("--trust-local-source")))
     plugin = find_plugin(request.config)
@@ -73,7 +74,9 @@ def source_dir(request: pytest.FixtureRequest, source_identity: Evidence) -> Pat
     # manifest that agrees with it would otherwise pass every one of them.
     if not source_identity.ok:
         first = source_identity.findings[0]
-        message = first.message if first.message.startswith(NOT_VERIFIED) else f"{NOT_VERIFIED}: {first.message}"
+        message = first.message
+        if not message.startswith(SOURCE_NOT_VERIFIED):
+            message = f"{SOURCE_NOT_VERIFIED}: {message}"
         raise SourceIdentityError(message, file=first.file)
     return Path(request.config.getoption("--source"))
 

@@ -1,4 +1,5 @@
-"""Source identity (qualify.checkpoint.identity): each proof, each refusal, and the words of each message."""
+"""Source identity (qualify.checkpoint.identity, the check in qualify.checks.source_identity): each proof, each
+refusal, and the words of each message."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from fixtures.corpus import PINNED_SOURCE, SNAPSHOT_PARENT, SOURCE_REPO, make_sn
 from qualify.checkpoint import identity as ident
 from qualify.checkpoint.checksums import folder_digests, folder_revision
 from qualify.checkpoint.hub import HubFile
+from qualify.checks.source_identity import check_source_identity
+from qualify.errors import CheckpointError
 from tests.hub_standin import StandinHub, StandinRepo, git_blob_sha1
 
 FIXTURE_SOURCE = Path(__file__).resolve().parent.parent / "fixtures" / "dflash2-tiny" / "source"
@@ -51,7 +54,7 @@ NO_PINS = ident.SourcePins()
 def verify(root: Path, pins: ident.SourcePins = NO_PINS, **kwargs) -> object:
     kwargs.setdefault("repo", SOURCE_REPO)
     kwargs.setdefault("revision", PINNED_SOURCE)
-    return ident.verify_source(root, pins=pins, **kwargs)
+    return check_source_identity(root, pins=pins, **kwargs)
 
 
 def messages(ev) -> list[str]:
@@ -184,7 +187,7 @@ def test_download_metadata_does_not_change_the_content_revision(source: Path) ->
 
 def test_a_source_folder_holding_a_fifo_cannot_be_hashed(source: Path) -> None:
     os.mkfifo(source / "pipe")
-    with pytest.raises(ident.CheckpointError, match="not a regular file"):
+    with pytest.raises(CheckpointError, match="not a regular file"):
         verify(source, ident.SourcePins(content_revision=PINNED_SOURCE))
 
 

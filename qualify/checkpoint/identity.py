@@ -20,8 +20,9 @@ not write. Accepted proofs, tried in this order:
 
 Without any of them the identity is *not verified*, and the source checks cannot pass;
 ``--trust-local-source`` lets a run go on, and the report, the card and ``qualify gate``
-say so. The decision functions here are pure (digests in, findings out); the I/O is in
-:func:`verify_source` and the per-proof functions it calls.
+say so (:mod:`qualify.checks.source_identity` makes the check's evidence). The decision
+functions here are pure (digests in, findings out); the I/O is in :func:`prove_source`
+and the per-proof functions it calls.
 """
 
 from __future__ import annotations
@@ -34,10 +35,6 @@ from typing import Any
 
 from qualify.checkpoint.checksums import content_revision, sha256_files
 from qualify.errors import CheckpointError, UsageError
-from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
-
-#: The words every report and card uses when no proof held.
-NOT_VERIFIED = SOURCE_NOT_VERIFIED
 
 PROFILE_DIGESTS = "profile digests"
 HUB_CACHE = "hub cache snapshot"
@@ -196,7 +193,7 @@ def _ref(path: Path) -> str:
         return f"(unreadable: {exc.strerror or exc})"
 
 
-def _check_pins(ev: Evidence, root: Path, rels: list[str], pins: SourcePins) -> None:
+def _check_pins(ev: Proof, root: Path, rels: list[str], pins: SourcePins) -> None:
     # Over the folder's listing, so a `hf download --local-dir` copy (its .cache/huggingface/ metadata) of
     # the same files has the same content revision; for a folder without those, it is folder_revision's.
     digests = _digests(root, rels)
@@ -208,7 +205,7 @@ def _check_pins(ev: Evidence, root: Path, rels: list[str], pins: SourcePins) -> 
                                           ("sha256", dict(pins.sha256) or None)) if v})
 
 
-def _check_snapshot(ev: Evidence, root: Path, rels: list[str], snap: SnapshotPath, repo: str | None,
+def _check_snapshot(ev: Proof, root: Path, rels: list[str], snap: SnapshotPath, repo: str | None,
                     revision: str | None) -> None:
     for message in snapshot_findings(snap, repo, revision):
         ev.add(message)
@@ -248,7 +245,7 @@ def _check_snapshot(ev: Evidence, root: Path, rels: list[str], snap: SnapshotPat
         ev.add("the snapshot holds no files")
 
 
-def _check_hub(ev: Evidence, root: Path, rels: list[str], repo: str, revision: str, access: Any,
+def _check_hub(ev: Proof, root: Path, rels: list[str], repo: str, revision: str, access: Any,
                token: str | bool | None) -> bool:
     """Compare with the hub; False when the hub could not be reached (nothing compared)."""
     from qualify.checkpoint import hub
@@ -276,80 +273,88 @@ def _check_hub(ev: Evidence, root: Path, rels: list[str], repo: str, revision: s
     return True
 
 
-def verify_source(
+@dataclass
+class Proof:
+    """What the proofs tried on a source folder found: the one that applied, its findings and its figures."""
+
+    method: str | None = None  # PROFILE_DIGESTS, HUB_CACHE, "HUB_CACHE and HUB", HUB; None: no proof applied
+    findings: list[tuple[str, str | None]] = field(default_factory=list)  # (message, file)
+    measured: dict[str, Any] = field(default_factory=dict)
+    expected: dict[str, Any] = field(default_factory=dict)
+    refuted: bool = False  # a proof applied and found the folder is not the pinned source
+
+    def add(self, message: str, *, file: str | None = None) -> None:
+        self.findings.append((message, file))
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def verified(self) -> bool:
+        return self.method is not None and self.ok
+
+    @property
+    def hub_reason(self) -> str | None:
+        """Why the hub was not consulted, when it was tried and could not be."""
+        hub = self.measured.get("hub")
+        return hub.get("reason") if isinstance(hub, dict) and not hub.get("consulted") else None
+
+
+def prove_source(
     root: Path,
     *,
     repo: str | None,
     revision: str | None,
     pins: SourcePins,
-    trust: bool = False,
     hub_endpoint: str | None = None,
     token: str | bool | None = None,
-) -> Evidence:
-    """Prove that the folder ``root`` is ``repo`` at ``revision``; the evidence says how, or that it could not.
+) -> Proof:
+    """Try the proofs, in order, that the folder ``root`` is ``repo`` at ``revision`` (see the module docstring).
 
-    ``measured`` carries the record the report keeps (:func:`identity_record`): ``verified``,
-    ``method``, ``trusted``, and the repository and revision proven. Findings mean the
-    identity is not verified; ``trust`` (``--trust-local-source``) turns an identity that
-    no proof could establish into a pass that says so, but never one that a proof refuted.
+    Args:
+        root: the local source folder.
+        repo, revision: the profile's pinned source repository and commit.
+        pins: the digests the profile pins; when it pins any, they decide.
+        hub_endpoint: the hub to ask (default: ``HF_ENDPOINT``, else the public hub).
+        token: passed to the hub client; never recorded.
 
     Raises:
-        CheckpointError: a file of the folder cannot be read.
+        CheckpointError: a file of the folder cannot be read (or is a FIFO, socket or device).
     """
     from qualify.checkpoint import hub
 
     root = Path(root)
-    pinned = f"{repo or '(no repository)'} at {revision or '(no revision)'}"
-    ev = Evidence(f"the source folder is proven to be {pinned}")
-    ev.expected.update(repo=repo, revision=revision)
+    proof = Proof(expected={"repo": repo, "revision": revision})
     rels = _files(root)
-    method: str | None = None
-    refuted = False
     if not rels:
-        ev.add("the source folder holds no files")
-        refuted = True
+        proof.add("the source folder holds no files")
+        proof.refuted = True
     elif pins.any:
-        method = PROFILE_DIGESTS
-        _check_pins(ev, root, rels, pins)
-        refuted = not ev.ok
+        proof.method = PROFILE_DIGESTS
+        _check_pins(proof, root, rels, pins)
+        proof.refuted = not proof.ok
     elif (snap := snapshot_path(root)) is not None:
-        method = HUB_CACHE
-        _check_snapshot(ev, root, rels, snap, repo, revision)
-        refuted = not ev.ok
+        proof.method = HUB_CACHE
+        _check_snapshot(proof, root, rels, snap, repo, revision)
         access = hub.hub_access(endpoint=hub_endpoint)
-        if ev.ok and repo and revision and access.mode == hub.ONLINE:
-            if _check_hub(ev, root, rels, repo, revision, access, token) and ev.ok:
-                method = f"{HUB_CACHE} and {HUB}"
-            refuted = not ev.ok
+        # The hub, when it answers, must agree too; one that cannot be reached leaves the layout's proof.
+        consulted = (proof.ok and bool(repo and revision) and access.mode == hub.ONLINE
+                     and _check_hub(proof, root, rels, repo or "", revision or "", access, token))
+        if consulted and proof.ok:
+            proof.method = f"{HUB_CACHE} and {HUB}"
+        proof.refuted = not proof.ok
     elif repo and revision:
         access = hub.hub_access(endpoint=hub_endpoint)
-        if access.mode == hub.ONLINE:
-            if _check_hub(ev, root, rels, repo, revision, access, token):
-                method = HUB
-                refuted = not ev.ok
-        else:
-            ev.measured["hub"] = {"consulted": False, "reason": access.reason, "access": access.to_dict()}
-    verified = method is not None and ev.ok
-    if not verified and not refuted:
-        why = ("the profile pins no digests for it, it is not a hub cache snapshot, and the hub could not be "
-               "asked" + (f" ({ev.measured['hub']['reason']})" if "hub" in ev.measured else ""))
-        if trust:
-            ev.summary = f"{NOT_VERIFIED}: trusted on --trust-local-source ({why})"
-        else:
-            ev.add(f"{NOT_VERIFIED}: {why}; pin its digests in the profile ([source] content_revision or "
-                   "[source.sha256]), use a hub cache snapshot, or pass --trust-local-source to go on "
-                   "without proof (the report and card then say so, and qualify gate refuses it)")
-    elif not verified:
-        ev.summary = (f"{NOT_VERIFIED}: the {method} refute that the source folder is {pinned}" if method
-                      else f"{NOT_VERIFIED}: the source folder cannot be {pinned}")
-    else:
-        ev.summary += f" (verified by {method})"
-    ev.measured.update(identity_record(verified=verified, trusted=trust and not verified and not refuted,
-                                       method=method, repo=repo, revision=revision))
-    return ev
+        if access.mode != hub.ONLINE:
+            proof.measured["hub"] = {"consulted": False, "reason": access.reason, "access": access.to_dict()}
+        elif _check_hub(proof, root, rels, repo, revision, access, token):
+            proof.method = HUB
+            proof.refuted = not proof.ok
+    return proof
 
 
-#: The keys of :func:`identity_record`, as :func:`verify_source` puts them in its evidence's ``measured``.
+#: The keys of :func:`identity_record`, as the source_identity check puts them in its evidence's ``measured``.
 IDENTITY_KEYS = ("status", "verified", "trusted", "method", "repo", "revision", "claimed_repo", "claimed_revision")
 
 
@@ -363,6 +368,6 @@ def identity_record(*, verified: bool, trusted: bool, method: str | None, repo: 
             "claimed_repo": repo, "claimed_revision": revision}
 
 
-__all__ = ["HUB", "HUB_CACHE", "IDENTITY_KEYS", "NOT_VERIFIED", "PROFILE_DIGESTS", "SnapshotPath", "SourcePins",
-           "blob_findings", "hub_findings", "identity_record", "pin_findings", "repo_folder_name", "snapshot_findings",
-           "snapshot_path", "verify_source"]
+__all__ = ["HUB", "HUB_CACHE", "IDENTITY_KEYS", "PROFILE_DIGESTS", "TRUSTED", "Proof", "SnapshotPath", "SourcePins",
+           "blob_findings", "hub_findings", "identity_record", "pin_findings", "prove_source", "repo_folder_name",
+           "snapshot_findings", "snapshot_path"]

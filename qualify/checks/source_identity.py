@@ -1,0 +1,72 @@
+"""The ``structure.source_identity`` check: is the local source folder the pinned source, and how do we know?
+
+The proofs are :mod:`qualify.checkpoint.identity`'s; this module turns what they found into the
+check's evidence and the report's ``source.identity`` record. A folder that no proof could
+establish fails, unless ``--trust-local-source`` says to go on, and then the evidence says
+"source identity not verified: trusted"; a folder a proof refuted fails whatever was asked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qualify.checkpoint.identity import SourcePins, identity_record, prove_source
+from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
+
+#: What a failing check tells the user to do.
+HOW_TO_PROVE = ("pin its digests in the profile ([source] content_revision or [source.sha256]), use a hub cache "
+                "snapshot, or pass --trust-local-source to go on without proof (the report and card then say so, and "
+                "qualify gate refuses it)")
+
+
+def check_source_identity(
+    root: Path,
+    *,
+    repo: str | None,
+    revision: str | None,
+    pins: SourcePins,
+    trust: bool = False,
+    hub_endpoint: str | None = None,
+    token: str | bool | None = None,
+) -> Evidence:
+    """The folder ``root`` is proven to be ``repo`` at ``revision``; the evidence says how, or that it is not.
+
+    ``measured`` carries the report's record (:func:`~qualify.checkpoint.identity.identity_record`:
+    status, method, the repository and revision proven) and each proof's figures.
+
+    Args:
+        root: the local source folder (``--source``, or the hub snapshot the run downloaded).
+        repo, revision: the profile's pinned source.
+        pins: the profile's pinned digests.
+        trust: ``--trust-local-source``: an identity no proof could establish passes, saying so.
+        hub_endpoint, token: how to reach the hub (default: ``HF_ENDPOINT``, else the public hub).
+
+    Raises:
+        CheckpointError: a file of the folder cannot be read.
+    """
+    pinned = f"{repo or '(no repository)'} at {revision or '(no revision)'}"
+    proof = prove_source(root, repo=repo, revision=revision, pins=pins, hub_endpoint=hub_endpoint, token=token)
+    ev = Evidence(f"the source folder is proven to be {pinned}", measured=dict(proof.measured),
+                  expected=dict(proof.expected))
+    for message, file in proof.findings:
+        ev.add(message, file=file)
+    trusted = False
+    if proof.verified:
+        ev.summary += f" (verified by {proof.method})"
+    elif proof.refuted:
+        ev.summary = (f"{SOURCE_NOT_VERIFIED}: the {proof.method} refute that the source folder is {pinned}"
+                      if proof.method else f"{SOURCE_NOT_VERIFIED}: the source folder cannot be {pinned}")
+    else:
+        why = ("the profile pins no digests for it, it is not a hub cache snapshot, and the hub could not be asked"
+               + (f" ({proof.hub_reason})" if proof.hub_reason else ""))
+        if trust:
+            trusted = True
+            ev.summary = f"{SOURCE_NOT_VERIFIED}: trusted on --trust-local-source ({why})"
+        else:
+            ev.add(f"{SOURCE_NOT_VERIFIED}: {why}; {HOW_TO_PROVE}")
+    ev.measured.update(identity_record(verified=proof.verified, trusted=trusted, method=proof.method, repo=repo,
+                                       revision=revision))
+    return ev
+
+
+__all__ = ["HOW_TO_PROVE", "check_source_identity"]
