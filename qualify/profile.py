@@ -42,7 +42,8 @@ _GB_GROUP = "gb"
 DEFAULT_REQUEST_TIMEOUT_S = 120.0
 #: Seconds a local vLLM server may take to answer where ``[local_server] ready_timeout_s`` does not say.
 DEFAULT_READY_TIMEOUT_S = 600.0
-#: Seconds the runtime container may take to serve where ``$.runtime.startup_timeout_s`` does not say.
+#: Seconds the runtime container may take to serve where ``$.runtime.startup_timeout_s`` does not say:
+#: a 4-GPU load of a large target takes many minutes.
 DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from qualify import errors
-from qualify.runtime import container as c
+from qualify.runtime import engine
 from qualify.util.ports import free_port
 from tests.helpers import REPO
 
@@ -20,7 +20,7 @@ CANDIDATE = "0123456789abcdef0123456789abcdef01234567"
 @pytest.fixture(scope="session", name="docker_client")
 def docker_client_fixture() -> Any:
     try:
-        return c.docker_client()
+        return engine.docker_client()
     except errors.DockerUnavailable as exc:
         pytest.fail(f"{exc} -- the docker tests need an engine; CI installs one", pytrace=False)
 

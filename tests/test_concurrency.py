@@ -16,6 +16,8 @@ from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.report.model import read_json
 from qualify.runtime import container as c
+from qualify.runtime import labels
+from qualify.runtime import plan as plans
 from qualify.serving.vllm_server import ServerPlan, VLLMServer
 from qualify.util.ports import free_port
 from tests.fault_server import MODEL, fault_server, serving_profile
@@ -90,14 +92,14 @@ def test_a_run_whose_id_clashes_draws_another_and_gets_its_own_folder(tmp_path: 
 
 def test_concurrent_launch_plans_get_their_own_container_names() -> None:
     profile = load_profile("fixture")
-    first, second = c.build_plan(profile), c.build_plan(profile)
+    first, second = plans.build_plan(profile), plans.build_plan(profile)
     assert first.run_id != second.run_id
     assert first.name != second.name
     for plan in (first, second):
         assert DOCKER_NAME.fullmatch(plan.name) and plan.name == f"qualify-{plan.run_id}"
-        labels = dict(plan.labels)
-        assert labels[c.LABEL_RUN] == plan.run_id  # teardown removes this run's containers only
-        assert labels[c.LABEL_OWNER] == c.owner_id()
+        plan_labels = dict(plan.labels)
+        assert plan_labels[labels.LABEL_RUN] == plan.run_id  # teardown removes this run's containers only
+        assert plan_labels[labels.LABEL_OWNER] == labels.owner_id()
     # The port, though, is the profile's: a second run of the same profile wants the same one.
     assert first.port == second.port == 8000
 
@@ -106,7 +108,7 @@ def test_a_second_run_on_a_fixed_port_is_refused_not_answered_by_the_first(tmp_p
     """With host networking, the first run's server would answer the second run's readiness probes."""
     with fault_server() as first_runs_server:
         profile = load_profile(serving_profile(tmp_path / "p.toml", endpoint=first_runs_server.endpoint))
-        plan = c.build_plan(profile)
+        plan = plans.build_plan(profile)
         assert plan.port == first_runs_server.port
         with pytest.raises(errors.PortInUse) as info:
             c.ensure_port_free(plan.host, plan.port)

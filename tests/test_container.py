@@ -30,8 +30,11 @@ import pytest
 
 from qualify import errors
 from qualify.errors import UsageError
-from qualify.profile import Profile, load_profile
+from qualify.profile import DEFAULT_STARTUP_TIMEOUT_S, Profile, load_profile
 from qualify.runtime import container as c
+from qualify.runtime import engine, labels
+from qualify.runtime import image as images
+from qualify.runtime import plan as plans
 from qualify.runtime.gpu import Gpu, GpuInventory
 from qualify.runtime.log_evidence import check_log_evidence
 from qualify.util.redact import MASK
@@ -72,7 +75,7 @@ def seed_block() -> str:
 
 
 def test_published_plan_renders_the_seed_command_exactly(seed: Profile) -> None:
-    rendered = c.render_docker_run(c.build_plan(seed, serving=True))
+    rendered = plans.render_docker_run(plans.build_plan(seed, serving=True))
     if SEED.exists():
         assert rendered == seed_block()
     parsed = parse_seed_docker_run(rendered)
@@ -83,48 +86,48 @@ def test_published_plan_renders_the_seed_command_exactly(seed: Profile) -> None:
 
 
 def test_qualification_plan_differs_only_by_the_overrides_and_the_pin(seed: Profile) -> None:
-    published = c.build_plan(seed, serving=True).env_dict
-    plan = c.build_plan(seed, draft_revision=CANDIDATE)
+    published = plans.build_plan(seed, serving=True).env_dict
+    plan = plans.build_plan(seed, draft_revision=CANDIDATE)
     assert [k for k, _ in plan.env] == list(SEED_ENV)  # same variables, same order
     diff = {k: v for k, v in plan.env if published[k] != v}
     assert diff == {"CUDAGRAPH_MODE": "NONE", "DFLASH_MODEL_REVISION": CANDIDATE}
     assert plan.draft_revision == CANDIDATE and plan.target_revision == seed.data["target"]["revision"]
     assert plan.unpinned == [f"runtime image {SEED_IMAGE} (a tag; the profile pins no digest)"]
     assert (plan.host, plan.port, plan.served_model_name) == ("127.0.0.1", 8000, "GLM-5.3-Flash-NVFP4")
-    assert plan.startup_timeout_s == c.DEFAULT_STARTUP_TIMEOUT_S
-    labels = dict(plan.labels)
-    assert labels[c.LABEL_HARNESS] == "qualify" and labels[c.LABEL_RUN] == plan.run_id
-    assert labels[c.LABEL_OWNER] == c.owner_id() and plan.name == f"qualify-{plan.run_id}"
+    assert plan.startup_timeout_s == DEFAULT_STARTUP_TIMEOUT_S
+    plan_labels = dict(plan.labels)
+    assert plan_labels[labels.LABEL_HARNESS] == "qualify" and plan_labels[labels.LABEL_RUN] == plan.run_id
+    assert plan_labels[labels.LABEL_OWNER] == labels.owner_id() and plan.name == f"qualify-{plan.run_id}"
 
 
 def test_create_kwargs_are_the_seed_command(seed: Profile) -> None:
     from docker.types import DeviceRequest
 
-    plan = c.build_plan(seed, draft_revision=CANDIDATE, run_id="r1")
-    kw = c.create_kwargs(plan, image_ref="sha256:" + "a" * 64)
+    plan = plans.build_plan(seed, draft_revision=CANDIDATE, run_id="r1")
+    kw = plans.create_kwargs(plan, image_ref="sha256:" + "a" * 64)
     assert kw["image"] == "sha256:" + "a" * 64  # the inspected ID, never the tag
     assert kw["device_requests"] == [DeviceRequest(device_ids=["0", "1", "2", "3"], capabilities=[["gpu"]])]
     assert (kw["network_mode"], kw["ipc_mode"], kw["shm_size"]) == ("host", "host", "32g")
     assert kw["environment"] == [f"{k}={v}" for k, v in plan.env]
     assert kw["auto_remove"] is False and kw["detach"] is True and kw["name"] == "qualify-r1"
     assert "mounts" not in kw
-    without = c.create_kwargs(plan, with_gpus=False)
+    without = plans.create_kwargs(plan, with_gpus=False)
     assert "device_requests" not in without
     assert {k: v for k, v in kw.items() if k not in ("device_requests", "image")} == {
         k: v for k, v in without.items() if k != "image"}
 
 
 def test_a_local_checkpoint_is_mounted_read_only_at_its_revision(seed: Profile) -> None:
-    plan = c.build_plan(seed, draft_revision=CANDIDATE, checkpoint_dir=CHECKPOINT)
+    plan = plans.build_plan(seed, draft_revision=CANDIDATE, checkpoint_dir=CHECKPOINT)
     target = (f"/root/.cache/huggingface/hub/models--local-inference-lab--GLM-5.3-Flash-DFlash2-MXFP8/snapshots/"
               f"{CANDIDATE}")
-    assert plan.mounts == (c.Mount(str(CHECKPOINT.resolve()), target, True),)
-    assert f"-v {CHECKPOINT.resolve()}:{target}:ro \\" in c.render_docker_run(plan)
-    kw = c.create_kwargs(plan)
+    assert plan.mounts == (plans.Mount(str(CHECKPOINT.resolve()), target, True),)
+    assert f"-v {CHECKPOINT.resolve()}:{target}:ro \\" in plans.render_docker_run(plan)
+    kw = plans.create_kwargs(plan)
     assert [(m["Source"], m["Target"], m["Type"], m["ReadOnly"]) for m in kw["mounts"]] == [
         (str(CHECKPOINT.resolve()), target, "bind", True)]
-    cache = c.build_plan(seed, draft_revision=CANDIDATE, hf_cache=Path("/tmp"))
-    assert cache.mounts == (c.Mount("/tmp", c.HF_CACHE_TARGET, True),)
+    cache = plans.build_plan(seed, draft_revision=CANDIDATE, hf_cache=Path("/tmp"))
+    assert cache.mounts == (plans.Mount("/tmp", plans.HF_CACHE_TARGET, True),)
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [
@@ -138,59 +141,59 @@ def test_plans_that_cannot_be_launched(seed: Profile, monkeypatch: pytest.Monkey
                                        words: str) -> None:
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(UsageError, match=words):
-        c.build_plan(seed, **kwargs)
+        plans.build_plan(seed, **kwargs)
 
 
 def test_pinning_is_refused_or_declared_not_reproducible(seed: Profile) -> None:
-    unpinned = c.build_plan(seed)
-    ev = c.check_pinning(unpinned)
+    unpinned = plans.build_plan(seed)
+    ev = images.check_pinning(unpinned)
     assert not ev.ok
     assert "not pinned: draft (DFLASH_MODEL_REVISION empty: the launcher resolves the main branch)" in ev.failure_text()
     assert "--allow-unpinned" in ev.failure_text()
-    allowed = c.check_pinning(c.build_plan(seed, allow_unpinned=True))
+    allowed = images.check_pinning(plans.build_plan(seed, allow_unpinned=True))
     assert allowed.ok and allowed.summary.startswith("not reproducible") and allowed.measured["reproducible"] is False
-    assert c.check_pinning(c.build_plan(seed, draft_revision=CANDIDATE)).ok
+    assert images.check_pinning(plans.build_plan(seed, draft_revision=CANDIDATE)).ok
 
 
 def test_image_identity_against_the_profile_digest(seed: Profile) -> None:
     image_id, manifest = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-    identity = c.ImageIdentity(SEED_IMAGE, image_id, (SEED_IMAGE,), (f"voipmonitor/vllm@{manifest}",))
-    plan = c.build_plan(seed, draft_revision=CANDIDATE)
-    ev = c.check_image(identity, plan)
+    identity = images.ImageIdentity(SEED_IMAGE, image_id, (SEED_IMAGE,), (f"voipmonitor/vllm@{manifest}",))
+    plan = plans.build_plan(seed, draft_revision=CANDIDATE)
+    ev = images.check_image(identity, plan)
     assert not ev.ok and "the profile pins no digest" in ev.failure_text()
-    allowed = c.check_image(identity, replace(plan, allow_unpinned=True))
+    allowed = images.check_image(identity, replace(plan, allow_unpinned=True))
     assert allowed.ok and "not reproducible" in allowed.summary
-    assert c.check_image(identity, replace(plan, image_digest=image_id)).ok
-    assert c.check_image(identity, replace(plan, image_digest=manifest)).ok  # the registry digest pins it too
-    wrong = c.check_image(identity, replace(plan, image_digest="sha256:" + "3" * 64))
+    assert images.check_image(identity, replace(plan, image_digest=image_id)).ok
+    assert images.check_image(identity, replace(plan, image_digest=manifest)).ok  # the registry digest pins it too
+    wrong = images.check_image(identity, replace(plan, image_digest="sha256:" + "3" * 64))
     assert not wrong.ok and f"is {image_id}" in wrong.failure_text() and "not the profile's sha256:333" in \
         wrong.failure_text()
 
 
 def test_tokens_are_passed_by_name_and_never_rendered(seed: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    plan = c.build_plan(seed, draft_revision=CANDIDATE, pass_hf_token=True)
-    rendered = c.render_docker_run(plan)
+    plan = plans.build_plan(seed, draft_revision=CANDIDATE, pass_hf_token=True)
+    rendered = plans.render_docker_run(plan)
     assert "-e HF_TOKEN \\" in rendered and TOKEN not in rendered
     assert TOKEN not in json.dumps(plan.to_dict())
-    assert f"HF_TOKEN={TOKEN}" in c.create_kwargs(plan)["environment"]  # the container does get it
+    assert f"HF_TOKEN={TOKEN}" in plans.create_kwargs(plan)["environment"]  # the container does get it
 
 
 def test_owner_liveness() -> None:
-    assert c.owner_alive(c.owner_id()) is True
+    assert labels.owner_alive(labels.owner_id()) is True
     done = subprocess.run(["true"], check=True)
     assert done.returncode == 0
     dead = subprocess.Popen(["true"])
     dead.wait()
-    assert c.owner_alive(f"{socket.gethostname()}:{dead.pid}:1") is False
-    assert c.owner_alive(f"{socket.gethostname()}:{os.getpid()}:not-my-start-time") is False  # a reused pid
-    assert c.owner_alive(f"another-host:{os.getpid()}:1") is None
+    assert labels.owner_alive(f"{socket.gethostname()}:{dead.pid}:1") is False
+    assert labels.owner_alive(f"{socket.gethostname()}:{os.getpid()}:not-my-start-time") is False  # a reused pid
+    assert labels.owner_alive(f"another-host:{os.getpid()}:1") is None
 
 
 def test_docker_unavailable_names_the_install_script(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
     with pytest.raises(errors.DockerUnavailable) as info:
-        c.docker_client(timeout=2)
+        engine.docker_client(timeout=2)
     assert "scripts/install-docker.sh" in str(info.value)
     assert "no Docker engine answers" in str(info.value)
 
@@ -221,19 +224,19 @@ def test_log_evidence_rules() -> None:
 def no_leaked_container(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if request.node.get_closest_marker("docker") is not None:
-        assert docker_ps(f"{c.LABEL_OWNER}={c.owner_id()}") == [], "a test left a container behind"
+        assert docker_ps(f"{labels.LABEL_OWNER}={labels.owner_id()}") == [], "a test left a container behind"
 
 
-def fixture_plan(tmp_path: Path, **variant: Any) -> c.LaunchPlan:
+def fixture_plan(tmp_path: Path, **variant: Any) -> plans.LaunchPlan:
     allow = variant.pop("allow_unpinned", True)
     revision = variant.pop("draft_revision", CANDIDATE)
     profile = load_profile(fixture_variant(tmp_path, **variant))
-    return c.build_plan(profile, run_id=f"test-{uuid.uuid4().hex[:10]}", draft_revision=revision,
+    return plans.build_plan(profile, run_id=f"test-{uuid.uuid4().hex[:10]}", draft_revision=revision,
                         checkpoint_dir=CHECKPOINT if revision else None, allow_unpinned=allow)
 
 
-def assert_gone(plan: c.LaunchPlan) -> None:
-    assert docker_ps(f"{c.LABEL_RUN}={plan.run_id}") == []
+def assert_gone(plan: plans.LaunchPlan) -> None:
+    assert docker_ps(f"{labels.LABEL_RUN}={plan.run_id}") == []
 
 
 def post_json(url: str, body: dict) -> dict:
@@ -248,8 +251,8 @@ def test_seed_plan_creates_with_the_real_gpu_requests(docker_client: Any, standi
     """The seed's launch, created (not started: no GPUs here) and read back from the engine."""
     import docker.errors
 
-    plan = c.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}")
-    created = docker_client.containers.create(**c.create_kwargs(plan, image_ref=standin))
+    plan = plans.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}")
+    created = docker_client.containers.create(**plans.create_kwargs(plan, image_ref=standin))
     try:
         created.reload()
         host, config = created.attrs["HostConfig"], created.attrs["Config"]
@@ -258,7 +261,7 @@ def test_seed_plan_creates_with_the_real_gpu_requests(docker_client: Any, standi
         assert (host["NetworkMode"], host["IpcMode"], host["ShmSize"]) == ("host", "host", 32 * 1024**3)
         env = [e for e in config["Env"] if e.partition("=")[0] in SEED_ENV]
         assert env == [f"{k}={v}" for k, v in plan.env]  # every pair, in order, exactly
-        assert created.attrs["Image"] == standin and config["Labels"][c.LABEL_RUN] == plan.run_id
+        assert created.attrs["Image"] == standin and config["Labels"][labels.LABEL_RUN] == plan.run_id
         try:  # what happens when the GPU part is kept on a machine without GPUs
             created.start()
         except docker.errors.APIError as exc:
@@ -273,7 +276,7 @@ def test_gpu_requests_on_a_machine_without_gpus_fail_clearly(docker_client: Any,
                                                              seed: Profile) -> None:
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has an NVIDIA driver: the GPU request may well succeed here")
-    plan = replace(c.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}",
+    plan = replace(plans.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}",
                                 allow_unpinned=True), image="qualify-standin:latest", port=free_port())
     with pytest.raises(errors.RuntimeFailure, match="the Docker engine refused to start") as info, \
             c.launched(docker_client, plan):
@@ -313,7 +316,7 @@ def test_standin_starts_serves_shows_evidence_and_is_removed(docker_client: Any,
     assert "Loading drafter model weights took 0.0026 GiB" in log.read_text()
 
 
-def fault_plan(docker_client: Any, tmp_path: Path, fault: str, **kwargs: Any) -> c.LaunchPlan:
+def fault_plan(docker_client: Any, tmp_path: Path, fault: str, **kwargs: Any) -> plans.LaunchPlan:
     from qualify.runtime.standin import ensure_fault_image
 
     return fixture_plan(tmp_path, image=ensure_fault_image(docker_client, fault), **kwargs)
@@ -393,7 +396,7 @@ def test_wrong_digest_is_refused_and_the_right_one_qualifies(docker_client: Any,
     assert pinned.unpinned == [] and pinned.to_dict()["reproducible"] is True
     with c.launched(docker_client, pinned) as rt:
         rt.wait_ready(30)
-        assert c.check_image(rt.identity, pinned).ok  # type: ignore[arg-type]
+        assert images.check_image(rt.identity, pinned).ok  # type: ignore[arg-type]
     assert_gone(pinned)
 
 
@@ -436,7 +439,7 @@ def test_wrong_gpu_refuses_to_start(docker_client: Any, standin: str, seed: Prof
     assert "not started: load.gpu_preflight" in started.failure_text()
     assert "GPU 0 is 'NVIDIA H200'" in session.gpu_preflight().failure_text()
     assert session.runtime is None and session.close() is None
-    assert docker_ps(f"{c.LABEL_RUN}={session.run_id}") == []
+    assert docker_ps(f"{labels.LABEL_RUN}={session.run_id}") == []
 
 
 @pytest.mark.docker
@@ -444,13 +447,14 @@ def test_leftovers_of_dead_runs_are_removed_and_live_ones_kept(docker_client: An
     dead = subprocess.Popen(["true"])
     dead.wait()
     made = {}
-    for who, owner in (("dead", f"{socket.gethostname()}:{dead.pid}:1"), ("live", c.owner_id())):
+    for who, owner in (("dead", f"{socket.gethostname()}:{dead.pid}:1"), ("live", labels.owner_id())):
         made[who] = docker_client.containers.create(standin, labels={
-            c.LABEL_HARNESS: c.HARNESS, c.LABEL_RUN: f"test-{who}-{uuid.uuid4().hex[:6]}", c.LABEL_OWNER: owner})
+            labels.LABEL_HARNESS: labels.HARNESS, labels.LABEL_RUN: f"test-{who}-{uuid.uuid4().hex[:6]}",
+            labels.LABEL_OWNER: owner})
     try:
-        removed = c.cleanup_leftovers(docker_client)
+        removed = engine.cleanup_leftovers(docker_client)
         assert made["dead"].name in removed and made["live"].name not in removed
-        names = docker_ps(f"{c.LABEL_HARNESS}={c.HARNESS}")
+        names = docker_ps(f"{labels.LABEL_HARNESS}={labels.HARNESS}")
         assert made["dead"].name not in names and made["live"].name in names
     finally:
         for container in made.values():
@@ -465,14 +469,14 @@ def test_tokens_never_reach_the_log_or_the_evidence(docker_client: Any, standin:
     from qualify.runtime.standin import ensure_fault_image
 
     profile = load_profile(fixture_variant(tmp_path, image=ensure_fault_image(docker_client, "leak-env")))
-    plan = c.build_plan(profile, run_id=f"test-{uuid.uuid4().hex[:10]}", draft_revision=CANDIDATE,
+    plan = plans.build_plan(profile, run_id=f"test-{uuid.uuid4().hex[:10]}", draft_revision=CANDIDATE,
                         checkpoint_dir=CHECKPOINT, allow_unpinned=True, pass_hf_token=True)
     log = tmp_path / "server.log"
     with c.launched(docker_client, plan, log_path=log) as rt:
         rt.wait_ready(30)
         raw = rt.container.logs().decode()
         outputs = [rt.logs_text(), json.dumps(c.check_started(rt).to_dict()), json.dumps(plan.to_dict()),
-                   c.render_docker_run(plan), "\n".join(rt.log_tail())]
+                   plans.render_docker_run(plan), "\n".join(rt.log_tail())]
     assert TOKEN in raw, "test setup: the leaky runtime must really print the token"
     outputs.append(log.read_text())
     for text in outputs:
@@ -533,14 +537,14 @@ def test_cli_serve_removes_the_container_on_a_signal(docker_client: Any, standin
     try:
         out = read_until(proc, "serving; Ctrl-C or SIGTERM")
         run_id = re.search(r"^run (\S+):", out, re.MULTILINE).group(1)  # type: ignore[union-attr]
-        assert docker_ps(f"{c.LABEL_RUN}={run_id}") == [f"qualify-{run_id}"]
+        assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == [f"qualify-{run_id}"]
         proc.send_signal(sig)
         rest, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0, out + rest
-    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == [], out + rest
+    assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == [], out + rest
     serve = json.loads((tmp_path / "reports" / run_id / "serve.json").read_text())
     assert serve["result"] == "interrupted" and serve["teardown"]["left"] == []
     assert (tmp_path / "reports" / run_id / "server.log").read_text().count("Loading drafter model weights") == 1
@@ -556,9 +560,9 @@ def test_a_killed_harness_leaves_a_leftover_the_next_run_removes(docker_client: 
     run_id = re.search(r"^run (\S+):", out, re.MULTILINE).group(1)  # type: ignore[union-attr]
     proc.kill()  # SIGKILL: no handler, no teardown
     proc.wait(timeout=10)
-    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == [f"qualify-{run_id}"]
-    assert f"qualify-{run_id}" in c.cleanup_leftovers(docker_client)
-    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == []
+    assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == [f"qualify-{run_id}"]
+    assert f"qualify-{run_id}" in engine.cleanup_leftovers(docker_client)
+    assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == []
 
 
 @pytest.mark.docker
@@ -571,7 +575,7 @@ def test_cli_serve_exit_codes(docker_client: Any, standin: str, tmp_path: Path) 
     out, _ = ok.communicate(timeout=60)
     assert ok.returncode == 0, out
     run_id = re.search(r"^run (\S+):", out, re.MULTILINE).group(1)  # type: ignore[union-attr]
-    assert docker_ps(f"{c.LABEL_RUN}={run_id}") == []
+    assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == []
     assert "load evidence: the server.log shows the profile's 4 load evidence item(s)" in out
     refused = serve_cli("--profile", str(fixture_variant(tmp_path)), *common)
     out, _ = refused.communicate(timeout=60)
@@ -581,4 +585,4 @@ def test_cli_serve_exit_codes(docker_client: Any, standin: str, tmp_path: Path) 
     out, _ = crash.communicate(timeout=60)
     assert crash.returncode == 1 and "exited with code 1" in out and "| " in out, out
     for run_id in re.findall(r"^run (\S+):", out, re.MULTILINE):
-        assert docker_ps(f"{c.LABEL_RUN}={run_id}") == []
+        assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == []

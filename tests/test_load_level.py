@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from qualify.runtime import container as c
+from qualify.runtime import labels
 from tests.docker_support import CANDIDATE, docker_client_fixture, docker_ps, fixture_variant, standin_fixture  # noqa: F401
 from tests.helpers import FIXTURE, REPO
 
@@ -27,7 +27,7 @@ def run_load(tmp_path: Path, profile: Path, *extra: str) -> tuple[dict[str, Any]
     )
     (run_dir,) = list(reports.iterdir())
     report = json.loads((run_dir / "report.json").read_text())
-    assert docker_ps(f"{c.LABEL_RUN}={report['run_id']}") == [], "the load level left its container behind"
+    assert docker_ps(f"{labels.LABEL_RUN}={report['run_id']}") == [], "the load level left its container behind"
     return report, run_dir, done.stdout + done.stderr
 
 

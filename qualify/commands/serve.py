@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from qualify.profile import load_profile
-    from qualify.runtime import container as c
+    from qualify.runtime import plan as plans
     from qualify.util.redact import install_log_redaction, redact
 
     # Library warnings (docker, huggingface_hub) reach stderr through one handler, and never with a token.
@@ -69,31 +69,33 @@ def run(args: argparse.Namespace) -> int:
         existing_dir(args.checkpoint, "checkpoint")
     if args.hf_cache is not None:
         existing_dir(args.hf_cache, "Hugging Face cache")
-    plan = c.build_plan(profile, draft_revision=args.draft_revision, checkpoint_dir=args.checkpoint,
+    plan = plans.build_plan(profile, draft_revision=args.draft_revision, checkpoint_dir=args.checkpoint,
                         hf_cache=args.hf_cache, pass_hf_token=args.pass_hf_token, allow_unpinned=args.allow_unpinned,
                         serving=args.published, startup_timeout_s=args.startup_timeout)
     if args.print_docker_run:
-        _say(c.render_docker_run(plan))
+        _say(plans.render_docker_run(plan))
         return EXIT_QUALIFIED
     if args.dry_run:
         _say(redact(json.dumps(plan.to_dict(), indent=2)))
         _say("")
-        _say(c.render_docker_run(plan))
+        _say(plans.render_docker_run(plan))
         return EXIT_QUALIFIED
     return _serve(args, profile, plan)
 
 
 def _serve(args: argparse.Namespace, profile: object, plan: object) -> int:
     from qualify.runtime import container as c
+    from qualify.runtime import engine
+    from qualify.runtime import plan as plans
     from qualify.runtime.gpu import check_gpus, query_gpus
     from qualify.runtime.log_evidence import check_log_evidence
     from qualify.util.atomic import atomic_write_text
     from qualify.util.redact import redact
 
-    assert isinstance(plan, c.LaunchPlan)
+    assert isinstance(plan, plans.LaunchPlan)
     run_dir = Path(args.report_dir) / plan.run_id
     run_dir.mkdir(parents=True, exist_ok=False)
-    record: dict[str, object] = {"plan": plan.to_dict(), "docker_run": c.render_docker_run(plan)}
+    record: dict[str, object] = {"plan": plan.to_dict(), "docker_run": plans.render_docker_run(plan)}
 
     def finish(code: int, message: str) -> int:
         record["result"] = message
@@ -110,7 +112,7 @@ def _serve(args: argparse.Namespace, profile: object, plan: object) -> int:
         record["gpu_preflight"] = gpus.to_dict()
         if not gpus.ok:
             return finish(EXIT_NOT_QUALIFIED, "GPU preflight failed:\n" + gpus.failure_text())
-    client = c.docker_client()
+    client = engine.docker_client()
     try:
         with c.launched(client, plan, log_path=run_dir / "server.log") as rt:
             record["image"] = rt.identity.to_dict() if rt.identity else None

@@ -23,6 +23,9 @@ from qualify.errors import QualifyError
 from qualify.profile import Profile
 from qualify.report.model import Evidence
 from qualify.runtime import container as c
+from qualify.runtime import engine, labels
+from qualify.runtime import image as images
+from qualify.runtime import plan as plans
 from qualify.runtime.gpu import GpuInventory, check_gpus, query_gpus
 from qualify.runtime.log_evidence import check_log_evidence
 
@@ -37,7 +40,7 @@ def build_image(profile: Profile) -> tuple[str | None, dict[str, Any]]:
                 "vllm-cpu": (vllm_cpu_image.ensure_image, "runtimes/vllm-cpu")}
     ensure, context = builders[profile.image_build or "standin"]
     try:
-        report = ensure(c.docker_client())
+        report = ensure(engine.docker_client())
     except QualifyError as exc:
         return None, {"error": str(exc)}
     return report.image_id, {"image": report.image, "image_id": report.image_id, "built": report.built,
@@ -45,7 +48,7 @@ def build_image(profile: Profile) -> tuple[str | None, dict[str, Any]]:
                              "pinned": f"to the image ID built from this repository's {context}"}
 
 
-def runtime_mounts(profile: Profile) -> tuple[c.Mount, ...]:
+def runtime_mounts(profile: Profile) -> tuple[plans.Mount, ...]:
     """What the profile's runtime mounts besides the draft: the vLLM CPU image's venv, Python and target."""
     if profile.image_build != "vllm-cpu":
         return ()
@@ -69,7 +72,7 @@ class RuntimeSession:
         pass_hf_token: bool = False,
         startup_timeout_s: float | None = None,
         image_digest: str | None = None,
-        client_factory: Callable[[], Any] = c.docker_client,
+        client_factory: Callable[[], Any] = engine.docker_client,
         gpu_query: Callable[[], GpuInventory] = query_gpus,
     ) -> None:
         self.profile = profile
@@ -78,7 +81,7 @@ class RuntimeSession:
         self.checkpoint_dir = checkpoint_dir
         self.hf_cache = hf_cache
         # Built now: a bad revision or contradicting mounts are usage errors, before any check passes.
-        self.plan = c.build_plan(profile, run_id=run_id, draft_revision=draft_revision,
+        self.plan = plans.build_plan(profile, run_id=run_id, draft_revision=draft_revision,
                                  checkpoint_dir=checkpoint_dir if hf_cache is None else None, hf_cache=hf_cache,
                                  allow_unpinned=allow_unpinned, pass_hf_token=pass_hf_token,
                                  startup_timeout_s=startup_timeout_s, image_digest=image_digest)
@@ -115,15 +118,15 @@ class RuntimeSession:
     def image(self) -> Evidence:
         def compute() -> Evidence:
             try:
-                identity = c.inspect_image(self.client, self.plan.image)
+                identity = images.inspect_image(self.client, self.plan.image)
             except errors.ImageNotPresent as exc:
                 return c.failure_evidence(f"runtime image {self.plan.image} is present locally and pinned", exc)
-            return c.check_image(identity, self.plan)
+            return images.check_image(identity, self.plan)
 
         return self._once("image", compute)
 
     def pinning(self) -> Evidence:
-        return self._once("pinning", lambda: c.check_pinning(self.plan))
+        return self._once("pinning", lambda: images.check_pinning(self.plan))
 
     def draft_identity(self, expected: dict[str, tuple[str, int]], check_local: Callable[[Path], Evidence]) -> Evidence:
         """The draft the container loads is the manifest's: the mounted directory, or the hub/cache revision."""
@@ -227,10 +230,10 @@ class RuntimeSession:
         if self.runtime is None or self.runtime.container is None:
             ev.add("no container was started, so no teardown was exercised")
             return ev
-        names = [x.name for x in c.run_containers(self.client, self.run_id)]
+        names = [x.name for x in engine.run_containers(self.client, self.run_id)]
         ev.measured["containers"] = names
         if names != [self.plan.name]:
-            ev.add(f"the run label {c.LABEL_RUN}={self.run_id} finds {names or 'nothing'}, not {self.plan.name}")
+            ev.add(f"the run label {labels.LABEL_RUN}={self.run_id} finds {names or 'nothing'}, not {self.plan.name}")
         return ev
 
     def summary(self) -> dict[str, Any]:
@@ -238,7 +241,7 @@ class RuntimeSession:
         rt = self.runtime
         return {
             "plan": self.plan.to_dict(),
-            "docker_run": c.render_docker_run(self.plan),
+            "docker_run": plans.render_docker_run(self.plan),
             "reproducible": not self.plan.unpinned,
             "image": rt.identity.to_dict() if rt and rt.identity else None,
             "readiness": rt.readiness.to_dict() if rt and rt.readiness else None,

@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qualify.runtime.standin", description=__doc__.splitlines()[0])
     parser.add_argument("--rebuild", action="store_true", help="rebuild the images (the rootfs tarball is kept)")
     args = parser.parse_args(argv)
-    from qualify.runtime.container import docker_client
+    from qualify.runtime.engine import docker_client
 
     client = docker_client()
     t0 = time.perf_counter()

@@ -26,7 +26,7 @@ from typing import Any
 from qualify.errors import HarnessError
 from qualify.profile import Profile
 from qualify.runtime import standin
-from qualify.runtime.container import HF_CACHE_TARGET, Mount
+from qualify.runtime.plan import HF_CACHE_TARGET, Mount
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONTEXT_DIR = REPO_ROOT / "runtimes" / "vllm-cpu"
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--rebuild", action="store_true", help="rebuild the image (the base is kept)")
     args = parser.parse_args(argv)
-    from qualify.runtime.container import docker_client
+    from qualify.runtime.engine import docker_client
 
     t0 = time.perf_counter()
     report = ensure_image(docker_client(), rebuild=args.rebuild)
