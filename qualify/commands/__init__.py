@@ -34,6 +34,25 @@ def parser_for(sub: argparse._SubParsersAction, name: str, *, help: str, descrip
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def add_profile_option(p: argparse.ArgumentParser) -> None:
+    """``--profile``: the conditions a verdict is reached under (every command that runs anything)."""
+    p.add_argument("--profile", default="fixture", help="profile name or path to a .toml (default: fixture)")
+
+
+def add_report_dir_option(p: argparse.ArgumentParser, *, holds: str) -> None:
+    """``--report-dir``: the parent of the run folder, which is never reused."""
+    p.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS,
+                   help=f"parent of the run folder holding {holds} (default: reports)")
+
+
+def add_pinning_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--draft-revision`` and ``--allow-unpinned``: what the runtime loads, and whether it may move."""
+    p.add_argument("--draft-revision", help="the draft's immutable 40-hex commit, pinned into DFLASH_MODEL_REVISION "
+                   "(default: the profile's, else a local folder's content revision)")
+    p.add_argument("--allow-unpinned", action="store_true",
+                   help="launch with a moving image tag or revision; the report then says not reproducible")
+
+
 def existing_dir(path: Path, what: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"{path}: not a {what} directory")

@@ -14,7 +14,15 @@ import os
 import sys
 from pathlib import Path
 
-from qualify.commands import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, parser_for
+from qualify.commands import (
+    EXIT_ERROR,
+    EXIT_NOT_QUALIFIED,
+    EXIT_QUALIFIED,
+    add_pinning_options,
+    add_profile_option,
+    add_report_dir_option,
+    parser_for,
+)
 from qualify.errors import UsageError
 from qualify.release.attestation import SIGN_KEY_ENV, SIGN_KEY_PASSWORD_ENV
 
@@ -35,9 +43,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
                    help="go on with a --source folder whose identity no proof establishes (no digests pinned in the "
                    "profile, not a hub cache snapshot, hub unreachable); the report and card say so, and qualify gate "
                    "refuses the report unless --allow-untrusted-source")
-    p.add_argument("--profile", default="fixture", help="profile name or path to a .toml (default: fixture)")
-    p.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS,
-                   help="parent folder of the run folder (default: reports)")
+    add_profile_option(p)
+    add_report_dir_option(p, holds="report.json and report.md")
     p.add_argument("--levels", help=f"comma-separated subset of levels (default: {levels_default})")
     p.add_argument("--junit-xml", type=Path, metavar="PATH", default=_env_path(JUNIT_ENV),
                    help=f"also write the checks as JUnit XML to PATH, for CI test reports (default: ${JUNIT_ENV}, "
@@ -51,11 +58,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
                          help="also sign the checkpoint folder in the OpenSSF model-signing format (model.sig beside "
                          "report.json, verifiable with `model_signing verify key`); needs --sign-key")
     runtime = p.add_argument_group("runtime and serving levels (load, smoke, acceptance, losslessness, throughput)")
-    runtime.add_argument("--draft-revision", help="the draft's immutable 40-hex commit (DFLASH_MODEL_REVISION; "
-                         "default: the profile's, else a local folder's content revision)")
+    add_pinning_options(runtime)
     runtime.add_argument("--image-digest", help="pin the runtime image to sha256:... where the profile states none")
-    runtime.add_argument("--allow-unpinned", action="store_true",
-                         help="launch with a moving image tag or revision; the report then says not reproducible")
     runtime.add_argument("--hf-cache", type=Path, help="a Hugging Face hub cache: downloads go there, and the "
                          "runtime mounts it read-only")
     runtime.add_argument("--target", type=Path, help="a local target folder for the profile's [local_server]")

@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 
 from qualify import errors
-from qualify.commands import DEFAULT_REPORTS, EXIT_ERROR, EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
+from qualify.commands import (
+    EXIT_ERROR,
+    EXIT_NOT_QUALIFIED,
+    EXIT_QUALIFIED,
+    add_pinning_options,
+    add_profile_option,
+    add_report_dir_option,
+    existing_dir,
+    parser_for,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,22 +37,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "shows the load evidence), 1 when the runtime fails or a precondition does not hold, 2 on usage or "
         "harness errors.",
     )
-    p.add_argument("--profile", default="fixture", help="profile name or path to a .toml (default: fixture)")
+    add_profile_option(p)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--dry-run", action="store_true", help="print the launch plan (JSON) and the docker run line")
     what.add_argument("--print-docker-run", action="store_true", help="print only the equivalent docker run line")
     p.add_argument("--published", action="store_true",
                    help="plan the published serving command (the profile's env without the qualification overrides)")
-    p.add_argument("--draft-revision", help="the draft's immutable commit, pinned into DFLASH_MODEL_REVISION")
-    p.add_argument("--allow-unpinned", action="store_true",
-                   help="allow a moving image tag or revision (the evidence then says: not reproducible)")
+    add_pinning_options(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", type=Path, help="a local draft directory, mounted read-only at its revision")
     src.add_argument("--hf-cache", type=Path, help="a Hugging Face hub cache, mounted read-only")
     p.add_argument("--pass-hf-token", action="store_true", help="pass HF_TOKEN by name; its value is never printed")
     p.add_argument("--startup-timeout", type=float, help="seconds to wait for readiness (default: the profile's)")
-    p.add_argument("--report-dir", type=Path, default=DEFAULT_REPORTS,
-                   help="parent of the run folder holding server.log and serve.json (default: reports)")
+    add_report_dir_option(p, holds="server.log and serve.json")
     p.add_argument("--exit-when-ready", action="store_true",
                    help="check the load evidence and stop once ready, instead of serving until Ctrl-C")
     p.set_defaults(func=run)
