@@ -30,6 +30,7 @@ from qualify.checkpoint.checksums import sha256_files
 from qualify.errors import HubError, UsageError
 from qualify.report.model import Evidence
 from qualify.util.identifiers import is_commit
+from qualify.util.records import record_dict
 from qualify.util.redact import redact
 
 _TRUE = {"1", "on", "yes", "true"}
@@ -47,7 +48,7 @@ class HubFile:
     blob_id: str | None  # git blob sha1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256, "blob_id": self.blob_id}
+        return record_dict(self)
 
 
 @dataclass(frozen=True)

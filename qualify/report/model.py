@@ -21,6 +21,7 @@ from qualify.errors import UsageError
 from qualify.schemas import validate
 from qualify.util.atomic import atomic_write_text
 from qualify.util.jsonio import load_json_file
+from qualify.util.records import record_dict
 from qualify.util.redact import redact_data
 
 REPORT_FORMAT_VERSION = 1
@@ -94,7 +95,7 @@ class Finding:
         return ": ".join([*parts, self.message])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"message": self.message, "file": self.file, "tensor": self.tensor}
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:

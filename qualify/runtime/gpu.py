@@ -26,6 +26,7 @@ from typing import Any
 from qualify.errors import GpuQueryError
 from qualify.profile import Profile
 from qualify.report.model import Evidence
+from qualify.util.records import record_dict
 
 QUERY_FIELDS = ("index", "name", "memory.total", "driver_version")
 QUERY_ARGS: tuple[str, ...] = (
@@ -47,8 +48,7 @@ class Gpu:
     driver_version: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "memory_total_mib": self.memory_total_mib,
-                "driver_version": self.driver_version}
+        return record_dict(self)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from qualify.errors import UsageError
 from qualify.profile import DEFAULT_STARTUP_TIMEOUT_S, Profile
 from qualify.runtime.labels import HARNESS, LABEL_HARNESS, LABEL_OWNER, LABEL_PROFILE, LABEL_RUN, owner_id
 from qualify.util.identifiers import is_commit, is_image_digest, new_run_id
+from qualify.util.records import record_dict
 from qualify.util.redact import redact, redact_env
 
 #: Where the runtime's huggingface_hub looks (HF_HOME's default for root); local drafts are mounted under it.
@@ -32,7 +33,7 @@ class Mount:
     read_only: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "target": self.target, "read_only": self.read_only}
+        return record_dict(self)
 
 
 @dataclass(frozen=True)

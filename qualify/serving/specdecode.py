@@ -36,6 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from qualify.errors import CounterError, CountersMissing
 from qualify.report.model import Evidence
+from qualify.util.records import record_dict
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -65,13 +66,7 @@ class CounterSnapshot:
     engines: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "accepted_per_pos": list(self.accepted_per_pos),
-            "engines": list(self.engines),
-        }
+        return record_dict(self)
 
 
 @dataclass(frozen=True)
@@ -84,12 +79,7 @@ class CounterDelta:
     accepted_per_pos: tuple[int, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "accepted_per_pos": list(self.accepted_per_pos),
-        }
+        return record_dict(self)
 
 
 def _count(value: float, where: str) -> int:
@@ -430,7 +420,7 @@ class Interval:
     confidence: float
 
     def to_dict(self) -> dict[str, float]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high, "confidence": self.confidence}
+        return record_dict(self)
 
 
 @dataclass(frozen=True)
