@@ -1,0 +1,99 @@
+"""The CPU DFlash fixture (fixtures/dflash-cpu): what vLLM's DFlash proposer reads, and the checkpoint levels.
+
+The draft is served by the real vLLM in ``tests/test_dflash_cpu_live.py`` (slow); here, the
+contract it must meet to be served at all, checked on the shipped bytes, and the damaged
+variants, each a consistent checkpoint that differs from the good one only as intended.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from fixtures import dflash_cpu, serving
+from qualify.checkpoint.checksums import folder_revision
+from qualify.profile import load_profile
+from tests.helpers import TRACEBACK, run_qualify
+
+DRAFT = dflash_cpu.DEFAULT_OUT
+PROFILE = "fixture-dflash-cpu"
+
+
+def _names(path: Path) -> dict[str, tuple[list[int], str]]:
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+        return {k: (list(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in keys}
+
+
+def test_config_is_what_vllms_dflash_proposer_reads() -> None:
+    config = json.loads((DRAFT / "mxfp8" / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
+    dflash = config["dflash_config"]
+    profile = load_profile(PROFILE)
+    k = int(profile.launch_env()["NUM_SPECULATIVE_TOKENS"])
+    assert dflash["block_size"] == k + 1
+    assert all(0 <= i < serving.SHAPE.num_hidden_layers for i in dflash["target_layer_ids"])
+    # The mask token is never in a prompt the tokenizer makes, and the target never predicts it.
+    assert dflash["mask_token_id"] == serving.SPECIAL_TOKENS.index("<s>")
+    assert config["hidden_size"] == serving.SHAPE.hidden_size and config["vocab_size"] == serving.SHAPE.vocab_size
+    assert config["quantization_config"]["quant_algo"] == "MXFP8"
+
+
+def test_tensors_are_named_as_vllm_loads_them_and_share_the_targets_head() -> None:
+    names = _names(DRAFT / "source")
+    assert set(names) == set(dflash_cpu.draft_tensor_shapes())
+    assert not any(n.startswith("model.") or "embed_tokens" in n for n in names)  # the target's embeddings
+    for name, shape in dflash_cpu.draft_tensor_shapes().items():
+        assert names[name] == (list(shape), "BF16"), name
+    # lm_head is an exact copy of the target's, so vLLM shares it (and the checkpoint holds the excluded module).
+    from safetensors.torch import load_file
+
+    target = load_file(str(serving.build().target / "model.safetensors"))["lm_head.weight"]
+    draft = load_file(str(DRAFT / "source" / "model.safetensors"))["lm_head.weight"]
+    assert torch.equal(draft.to(torch.float32), target)
+
+
+def test_the_profile_pins_the_shipped_source() -> None:
+    assert load_profile(PROFILE).source_revision == folder_revision(DRAFT / "source")
+
+
+def test_the_shipped_draft_passes_the_checkpoint_levels(tmp_path: Path) -> None:
+    done = run_qualify("check", str(DRAFT / "mxfp8"), "--source", str(DRAFT / "source"), "--profile", PROFILE,
+                       "--levels", "structure,format,reproduction", "--report-dir", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verdict: qualified" in done.stdout and TRACEBACK not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_damaged_variants_differ_only_as_intended(tmp_path: Path) -> None:
+    paths = dflash_cpu.build_variants(DRAFT / "source", tmp_path / "variants")
+    good = json.loads((DRAFT / "source" / "config.json").read_text())
+    good_tensors, _ = dflash_cpu.read_source(DRAFT / "source")
+    for name, path in paths.items():
+        config = json.loads((path / "source" / "config.json").read_text())
+        tensors, _ = dflash_cpu.read_source(path / "source")
+        changed_config = {k for k in good["dflash_config"] if good["dflash_config"][k] != config["dflash_config"][k]}
+        changed = {k for k in good_tensors if not torch.equal(good_tensors[k], tensors[k])}
+        if name == "wrong-target-layers":
+            assert changed_config == {"target_layer_ids"} and not changed
+        elif name == "wrong-mask-token":
+            assert changed_config == {"mask_token_id"} and not changed
+            assert config["dflash_config"]["mask_token_id"] >= len(serving.SPECIAL_TOKENS)
+        else:
+            assert not changed_config and changed and all(k.endswith("_proj.weight") for k in changed)
+            for k in changed:  # the same values, other rows
+                assert torch.equal(good_tensors[k].flatten().sort().values, tensors[k].flatten().sort().values)
+        # A consistent checkpoint: its conversion reproduces from its own source, so only the runtime can tell it
+        # is damaged. (Its source is not the one the shipped profile pins: a profile pinning it is written here.)
+        pinned = load_profile(PROFILE)
+        text = pinned.path.read_text(encoding="utf-8").replace(pinned.source_revision or "-",
+                                                               folder_revision(path / "source"))
+        profile = tmp_path / f"{name}.toml"
+        profile.write_text(text.replace('"../../', f'"{pinned.path.parent.parent.parent}/'), encoding="utf-8")
+        done = run_qualify("check", str(path / "mxfp8"), "--source", str(path / "source"), "--profile", str(profile),
+                           "--levels", "format,reproduction", "--report-dir", str(tmp_path / name))
+        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"

@@ -1,0 +1,109 @@
+"""The CPU DFlash fixture on the real vLLM CPU server: the good draft accepted, every damaged variant refused.
+
+Servers of the serving fixture's target with each MXFP8 draft of ``fixtures/dflash-cpu`` as its
+speculator (vLLM's ``dflash`` method, the plugin loaded), two at a time; the acceptance level
+runs through the suites as a user runs them (``pytest suites --endpoint``) and the report it
+wrote is read back. Without the vLLM venv these tests FAIL and name the setup script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures import dflash_cpu, serving
+from qualify.errors import HarnessError
+from qualify.profile import load_profile
+from qualify.report.model import Run, Status, read_json
+from qualify.serving.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
+from qualify.util.ports import free_port
+from tests.helpers import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.serving]
+
+PROFILE = "fixture-dflash-cpu"
+SUITE_TIMEOUT_S = 900
+SUMMARY = os.environ.get("QUALIFY_DFLASH_SUMMARY")
+PAIRS = (("good", "wrong-target-layers"), ("wrong-mask-token", "scrambled"))
+
+
+def _drafts() -> dict[str, Path]:
+    variants = dflash_cpu.build_variants()
+    return {"good": dflash_cpu.DEFAULT_OUT / "mxfp8", **{k: v / "mxfp8" for k, v in variants.items()}}
+
+
+def _run_acceptance(draft: Path, endpoint: str, report_root: Path) -> Run:
+    report_root.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "pytest", "suites", "-p", "no:cacheprovider", "-q", "--checkpoint", str(draft),
+            "--profile", PROFILE, "--levels", "acceptance", "--endpoint", endpoint, "--report-dir", str(report_root)]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+    reports = sorted(report_root.glob("*/report.json"))
+    assert len(reports) == 1, f"no report under {report_root}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback (most recent call last)" not in proc.stderr, proc.stderr[-3000:]
+    return read_json(reports[0])
+
+
+def _figures(run: Run) -> dict[str, Any]:
+    (c,) = [c for lv in run.levels for c in lv.checks if c.id == "acceptance.draft_acceptance"]
+    assert c.evidence is not None
+    m = c.evidence.measured
+    return {"status": str(c.status), "message": c.message, "acceptance_rate": m.get("acceptance_rate"),
+            "mean_acceptance_length": m.get("mean_acceptance_length"),
+            "position_acceptance_rates": m.get("position_acceptance_rates"), "counter_totals": m.get("counter_totals")}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    try:
+        python = find_vllm_python()
+    except HarnessError as exc:
+        pytest.fail(f"{exc}: run {SETUP_SCRIPT} first", pytrace=False)
+    profile = load_profile(PROFILE)
+    drafts = _drafts()
+    logs = tmp_path_factory.mktemp("dflash-logs")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    out: dict[str, Any] = {}
+    for pair in PAIRS:
+        servers = []
+        for i, name in enumerate(pair):
+            plan = plan_for_profile(profile, python=python, model=serving.build().target, draft=drafts[name],
+                                    port=free_port(), method="dflash")
+            plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])})
+            servers.append(VLLMServer(plan, logs / f"{name}.log", ready_timeout_s=900))
+        try:
+            start_together(servers)
+            for name, server in zip(pair, servers, strict=True):
+                run = _run_acceptance(drafts[name], server.endpoint, tmp_path_factory.mktemp(name))
+                out[name] = _figures(run)
+                out[name]["plugin_active"] = "qualify-vllm-cpu plugin active" in server.log_path.read_text()
+        except HarnessError as exc:
+            pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
+        finally:
+            for server in servers:
+                server.stop()
+    if SUMMARY:
+        Path(SUMMARY).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    yield out
+
+
+def test_the_good_draft_passes_acceptance_with_real_acceptance(measured: dict[str, Any]) -> None:
+    good = measured["good"]
+    assert good["status"] == str(Status.PASSED), good["message"]
+    assert good["mean_acceptance_length"]["low"] >= 1.5, good["mean_acceptance_length"]
+    assert good["plugin_active"]
+
+
+@pytest.mark.parametrize("name", dflash_cpu.VARIANTS)
+def test_every_damaged_variant_fails_acceptance(measured: dict[str, Any], name: str) -> None:
+    figures = measured[name]
+    assert figures["status"] == str(Status.FAILED), figures
+    # Far below the good draft: the gate separates them by a wide margin, not by noise.
+    assert figures["mean_acceptance_length"]["high"] < measured["good"]["mean_acceptance_length"]["low"]
