@@ -23,7 +23,8 @@ from fixtures import dflash_cpu, serving
 from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.report.model import Run, Status, read_json
-from qualify.serving.vllm_server import SETUP_SCRIPT, VLLMServer, find_vllm_python, plan_for_profile, start_together
+from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
+from qualify.serving.vllm_server import VLLMServer, plan_for_profile, start_together
 from qualify.util.ports import free_port
 from tests.helpers import REPO
 
