@@ -6,7 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-PROFILE ?= fixture
+# The default: the CPU DFlash fixture, qualified through every level by the real vLLM CPU runtime.
+PROFILE ?= fixture-dflash-cpu
 REPORTS ?= reports
 LEVELS ?=
 DRAFT_REVISION ?=
@@ -18,9 +19,13 @@ VERIFY_KEY ?=
 ATTESTATION ?=
 REVISION ?=
 REQUIRE ?=
-# The shipped fixture is qualified from its folders; any other profile's draft and source
+# The shipped fixtures are qualified from their folders; any other profile's draft and source
 # come from the hub at their pinned commits unless CHECKPOINT / SOURCE name local folders.
-ifeq ($(PROFILE),fixture)
+ifeq ($(PROFILE),fixture-dflash-cpu)
+CHECKPOINT ?= fixtures/dflash-cpu/mxfp8
+SOURCE ?= fixtures/dflash-cpu/source
+LOCAL_RUNTIMES := local-runtimes
+else ifeq ($(PROFILE),fixture)
 CHECKPOINT ?= fixtures/dflash2-tiny/mxfp8
 SOURCE ?= fixtures/dflash2-tiny/source
 LOCAL_RUNTIMES := local-runtimes

@@ -272,6 +272,7 @@ def test_what_a_local_runtime_exercised_is_said_in_the_card_and_the_report():
     md = render_markdown(run)
     assert "- Exercised: DFlash proposer on CPU; DFlash 2 candidate head not exercised on this runtime" in md
     assert "the served draft is the checkpoint under test" in md
+    assert "Serving runtime: DFlash proposer on CPU" in validation_status(run)
     assert "- vLLM CPU plugin (vLLM 0" in md and "): float32 allowed" in md and "plugin active" in md
 
 

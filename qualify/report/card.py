@@ -67,6 +67,8 @@ FORMAT_REPRODUCTION_WORDS = "exact format reproduction"
 # Names of the profile's [[evidence]] items the card reads (see the module docstring).
 QUANTIZATION_ITEM = "modelopt_mxfp8_detected"
 DRAFT_GEMM_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_draft_gemms"
+#: The same claim where the profile's runtime names no particular kernel (the vLLM CPU fixture's).
+ANY_DRAFT_GEMM_KERNEL_ITEM = "mxfp8_linear_kernel_draft_gemms"
 CONTEXT_KV_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_context_kv_proj"
 WEIGHTS_ITEM = "draft_weights_loaded"
 SPECULATIVE_ITEM = "speculative_request_completed"
@@ -326,7 +328,7 @@ def _kernel(run: Run, name: str) -> str | None:
 
 
 def kernel_clause(run: Run) -> str | None:
-    gemms = _kernel(run, DRAFT_GEMM_KERNEL_ITEM)
+    gemms = _kernel(run, DRAFT_GEMM_KERNEL_ITEM) or _kernel(run, ANY_DRAFT_GEMM_KERNEL_ITEM)
     kv = _kernel(run, CONTEXT_KV_KERNEL_ITEM)
     if gemms and kv:
         if gemms == kv:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from qualify.report.card import (
     RUNTIME_LEVELS,
     checkpoint_conditions,
+    exercised_note,
     join_words,
     reproducibility_note,
     runtime_conditions,
@@ -44,7 +45,7 @@ def validation_status(run: Run) -> str:
     not_passed = [f"{lvl.title} ({lvl.status})" for lvl in required if lvl.status is not Status.PASSED]
     out = [status_head(run, passed, not_passed)]
     out.extend(condition_lines(run))
-    for note in (reproducibility_note(run), source_identity_note(run)):
+    for note in (reproducibility_note(run), source_identity_note(run), exercised_note(run)):
         if note:
             out += ["", note]
     ran = {lvl.name for lvl in run.levels}
