@@ -350,3 +350,59 @@ def test_an_unreachable_hub_leaves_the_snapshot_proof_and_says_so(online: None, 
 
 def test_folder_revision_is_what_the_profile_pins() -> None:
     assert folder_revision(FIXTURE_SOURCE) == PINNED_SOURCE
+
+
+# ----------------------------------------------------------------------------- more refusals, each named
+
+
+def test_every_bad_file_of_a_snapshot_is_named(tmp_path: Path) -> None:
+    root = snapshot(tmp_path, plain=("config.json", "model.safetensors"))
+    assert [f.file for f in verify(root).findings] == ["config.json", "model.safetensors"]
+    other = snapshot(tmp_path / "b", blob_names={"config.json": "e" * 40, "model.safetensors": "f" * 64})
+    assert [f.file for f in verify(other).findings] == ["config.json", "model.safetensors"]
+
+
+def test_a_blob_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    root = snapshot(tmp_path)
+    blob = (root / "config.json").resolve()
+    blob.unlink()
+    os.mkfifo(blob)  # a blob that would block a reader forever
+    ev = verify(root)
+    assert messages(ev) == ["config.json: cannot read: not a regular file"]
+    assert ev.measured["status"] == "not verified"
+
+
+def test_the_figures_of_each_proof_are_recorded(tmp_path: Path, source: Path) -> None:
+    pins = ident.SourcePins(content_revision=PINNED_SOURCE)
+    ev = verify(source, pins)
+    assert ev.measured["files_compared"] == 2 and ev.expected["content_revision"] == PINNED_SOURCE
+    assert ev.expected["repo"] == SOURCE_REPO and ev.expected["revision"] == PINNED_SOURCE
+    assert "sha256" not in ev.expected
+    by_file = verify(source, ident.SourcePins(sha256=folder_digests(source)))
+    assert by_file.expected["sha256"] == folder_digests(source) and "content_revision" not in by_file.expected
+    root = snapshot(tmp_path)
+    (root.parent.parent / "refs" / "main").write_text(PINNED_SOURCE + "\n")
+    assert verify(root).measured["refs"] == {"main": PINNED_SOURCE}
+    assert ev.summary == (f"the source folder is proven to be {SOURCE_REPO} at {PINNED_SOURCE} (verified by profile "
+                          "digests)")
+
+
+def test_the_hub_s_answer_is_recorded(hub: StandinHub, source: Path) -> None:
+    ev = verify(source, hub_endpoint=hub.url)
+    recorded = ev.measured["hub"]
+    assert (recorded["consulted"], recorded["commit"], recorded["files"]) == (True, PINNED_SOURCE, 2)
+    assert recorded["access"]["mode"] == "online"
+    refused = verify(source, hub_endpoint=hub.url, revision="9" * 40, trust=True)
+    assert refused.measured["status"] == "not verified" and refused.measured["hub"]["consulted"] is True
+    assert refused.summary.startswith("source identity not verified: the hub refute")
+    malformed = verify(source, hub_endpoint=hub.url, revision="main", trust=True)
+    assert malformed.measured["status"] == "not verified" and "not an immutable commit" in messages(malformed)[0]
+
+
+def test_a_snapshot_the_hub_does_not_know_is_refuted(hub: StandinHub, tmp_path: Path) -> None:
+    root = tmp_path / "hub" / "models--qualify-fixtures--dflash2-tiny" / "snapshots" / OTHER
+    make_snapshot(FIXTURE_SOURCE, root)
+    ev = verify(root, hub_endpoint=hub.url, revision=OTHER)  # the stand-in hub has OTHER, with another config
+    assert ev.measured["method"] is None and ev.measured["status"] == "not verified"
+    assert ev.summary.startswith("source identity not verified: the hub cache snapshot and hub refute")
+    assert [f.file for f in ev.findings] == ["config.json"]

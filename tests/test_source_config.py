@@ -148,3 +148,38 @@ def test_generation_and_tokenizer_files_are_compared_where_both_have_them(pair: 
     (ckpt / "generation_config.json").write_text('{"eos_token_id": 2, "quantization_config": {}}')
     assert "generation_config.json: quantization_config is {} in the checkpoint but absent in the source" \
         in findings(sc.check_source_config(ckpt, src))
+
+
+def test_a_change_of_kind_is_one_difference() -> None:
+    for output, source in (({"a": 1}, 1), (1, {"a": 1}), ([1], {"a": 1}), ({"a": 1}, [1]), ("x", [1])):
+        diffs = sc.config_differences({"k": output}, {"k": source})
+        assert [(d.path, d.output, d.source) for d in diffs] == [(("k",), output, source)]
+
+
+def test_values_are_shown_escaped_sorted_and_bounded() -> None:
+    bidi = sc.difference_message(sc.Difference(("k",), "abc\u202edef", "x"))
+    assert "\u202e" not in bidi and "\\u202e" in bidi  # a bidi override cannot reorder what a reader sees
+    assert sc.difference_message(sc.Difference(("k",), {"b": 1, "a": 2}, 1)).startswith('k is {"a": 2, "b": 1} in')
+    fits, over = "x" * 118, "x" * 119  # 120 and 121 characters with their quotes
+    shown = sc.difference_message(sc.Difference(("k",), fits, 1))
+    assert shown == f'k is "{fits}" in the checkpoint but 1 in the source'
+    assert sc.difference_message(sc.Difference(("k",), over, 1)) == (
+        f'k is "{over[:116]}... in the checkpoint but 1 in the source')
+
+
+def test_the_rule_names_the_allowed_changes(pair: tuple[Path, Path]) -> None:
+    assert sc.check_source_config(*pair).summary == (
+        "config.json and the generation/tokenizer files equal the source's, but for the quantization config")
+    assert sc.check_source_config(*pair, allowed=("a", "b.c")).summary.endswith(
+        "but for the quantization config and a, b.c")
+
+
+def test_a_broken_companion_does_not_hide_the_others(pair: tuple[Path, Path]) -> None:
+    ckpt, src = pair
+    for root in (ckpt, src):
+        (root / "generation_config.json").write_text('{"a": ')
+        (root / "tokenizer_config.json").write_text('{"a": 1}')
+    (ckpt / "tokenizer_config.json").write_text('{"a": 2}')
+    got = findings(sc.check_source_config(ckpt, src))
+    assert got[0].startswith("generation_config.json: not valid JSON")
+    assert got[1:] == ["tokenizer_config.json: a is 2 in the checkpoint but 1 in the source"]

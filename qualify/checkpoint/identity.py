@@ -241,8 +241,6 @@ def _check_snapshot(ev: Proof, root: Path, rels: list[str], snap: SnapshotPath, 
     if refs.is_dir():
         ev.measured["refs"] = {p.relative_to(refs).as_posix(): _ref(p) for p in sorted(refs.rglob("*")) if p.is_file()}
     ev.measured.update(snapshot_repo_folder=snap.repo_folder, snapshot_commit=snap.commit, files_linked=len(linked))
-    if not rels:
-        ev.add("the snapshot holds no files")
 
 
 def _check_hub(ev: Proof, root: Path, rels: list[str], repo: str, revision: str, access: Any,
@@ -281,7 +279,6 @@ class Proof:
     findings: list[tuple[str, str | None]] = field(default_factory=list)  # (message, file)
     measured: dict[str, Any] = field(default_factory=dict)
     expected: dict[str, Any] = field(default_factory=dict)
-    refuted: bool = False  # a proof applied and found the folder is not the pinned source
 
     def add(self, message: str, *, file: str | None = None) -> None:
         self.findings.append((message, file))
@@ -329,11 +326,9 @@ def prove_source(
     rels = _files(root)
     if not rels:
         proof.add("the source folder holds no files")
-        proof.refuted = True
     elif pins.any:
         proof.method = PROFILE_DIGESTS
         _check_pins(proof, root, rels, pins)
-        proof.refuted = not proof.ok
     elif (snap := snapshot_path(root)) is not None:
         proof.method = HUB_CACHE
         _check_snapshot(proof, root, rels, snap, repo, revision)
@@ -341,16 +336,14 @@ def prove_source(
         # The hub, when it answers, must agree too; one that cannot be reached leaves the layout's proof.
         consulted = (proof.ok and bool(repo and revision) and access.mode == hub.ONLINE
                      and _check_hub(proof, root, rels, repo or "", revision or "", access, token))
-        if consulted and proof.ok:
+        if consulted:
             proof.method = f"{HUB_CACHE} and {HUB}"
-        proof.refuted = not proof.ok
     elif repo and revision:
         access = hub.hub_access(endpoint=hub_endpoint)
         if access.mode != hub.ONLINE:
             proof.measured["hub"] = {"consulted": False, "reason": access.reason, "access": access.to_dict()}
         elif _check_hub(proof, root, rels, repo, revision, access, token):
             proof.method = HUB
-            proof.refuted = not proof.ok
     return proof
 
 

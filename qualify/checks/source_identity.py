@@ -53,7 +53,7 @@ def check_source_identity(
     trusted = False
     if proof.verified:
         ev.summary += f" (verified by {proof.method})"
-    elif proof.refuted:
+    elif not proof.ok:  # a proof applied and refuted the folder (or there was nothing to prove): never trusted
         ev.summary = (f"{SOURCE_NOT_VERIFIED}: the {proof.method} refute that the source folder is {pinned}"
                       if proof.method else f"{SOURCE_NOT_VERIFIED}: the source folder cannot be {pinned}")
     else:
