@@ -535,6 +535,23 @@ def test_the_statement_records_the_conditions():
     assert all("uri" in d or "digest" in d for d in st["predicate"]["configuration"])
 
 
+def test_the_statement_records_the_paired_levels_prompt_sets_and_chat_template():
+    measured = {"prompt_sets": [{"name": "mt-bench", "sha256": "1" * 64}, {"name": "gsm8k", "sha256": "2" * 64},
+                                {"name": "broken"}],
+                "chat_template": {"sha256": "3" * 64}}
+    report = minimal_report()
+    report["levels"].append({"name": "paired", "checks": [{"id": "paired.non_inferiority", "status": "passed",
+                                                           "evidence": {"measured": measured}}]})
+    config = {d["name"]: d for d in a.build_statement(report, "r" * 64)["predicate"]["configuration"]}
+    assert config["prompts/mt-bench"]["digest"] == {"sha256": "1" * 64}
+    assert config["prompts/gsm8k"]["digest"] == {"sha256": "2" * 64}
+    assert config["prompts/chat-template"]["digest"] == {"sha256": "3" * 64}
+    assert "prompts/broken" not in config
+    measured["chat_template"] = {"sha256": None, "note": "not verified"}  # an unread template is not attested
+    config = {d["name"]: d for d in a.build_statement(report, "r" * 64)["predicate"]["configuration"]}
+    assert "prompts/chat-template" not in config
+
+
 # ---------------------------------------------------------------- the check list (fast)
 
 def test_the_check_list_is_what_the_suites_collect():

@@ -61,6 +61,8 @@ SOURCE = "source"
 TARGET = "target"
 RUNTIME_IMAGE = "runtime-image"
 PROMPTS_PREFIX = "prompts/"
+#: The name (after PROMPTS_PREFIX) the chat template's digest is attested under.
+CHAT_TEMPLATE = "chat-template"
 MODEL_SIGNATURE = "model-signature"
 
 #: How a run may have verified the draft's revision against the bytes (pipeline.Resolved).
@@ -206,14 +208,20 @@ def _git_commit(revision: str | None) -> dict[str, str]:
 
 
 def _prompt_sets(report: Mapping[str, Any]) -> dict[str, str]:
-    """name -> sha256 of every prompt set a check recorded (acceptance, losslessness, throughput)."""
+    """name -> sha256 of every prompt set a check recorded (acceptance, losslessness, throughput, paired),
+    and of the chat template the paired level read (``chat-template``), when it could read one."""
     out: dict[str, str] = {}
     for lvl in report.get("levels", []):
         for check in lvl.get("checks", []):
             measured = (check.get("evidence") or {}).get("measured") or {}
-            ident = measured.get("prompts")
-            if isinstance(ident, dict) and ident.get("name") and ident.get("sha256"):
-                out[str(ident["name"])] = str(ident["sha256"])
+            sets = measured.get("prompt_sets")
+            idents = [measured.get("prompts"), *(sets if isinstance(sets, list) else [])]
+            for ident in idents:
+                if isinstance(ident, dict) and ident.get("name") and ident.get("sha256"):
+                    out[str(ident["name"])] = str(ident["sha256"])
+            template = measured.get("chat_template")
+            if isinstance(template, dict) and isinstance(template.get("sha256"), str):
+                out[CHAT_TEMPLATE] = template["sha256"]
     return out
 
 
