@@ -64,6 +64,7 @@ def test_the_markdown_section_states_both_drafts_the_interval_and_the_margin() -
     assert "sha256 `" + "ab" * 32 + "`" in lines and "not verified: remote" in lines
     ok = "\n".join(paired_lines(paired_check(lambda i, s: s)))
     assert "| within margin |" in ok and "not shown" not in ok
+    assert "No prompt lost acceptance against the source draft at concurrency 4" in ok
 
 
 def test_chart_files_beside_the_report() -> None:

@@ -126,6 +126,8 @@ def paired_lines(check: Check) -> list[str]:
     out.append("")
     for c, d in levels.items():
         losers = d.get("biggest_losses") or []
+        if not losers and d.get("overall"):
+            out.append(f"- No prompt lost acceptance against the source draft at concurrency {escape_markdown(c)}")
         if losers:
             rows = ", ".join(f"{markdown_code(r.get('prompt'))} ({escape_markdown(r.get('category'))}, "
                              f"{_num(r.get('source_acceptance_rate'), '.2f')} -> "
@@ -204,9 +206,11 @@ def _local_server_lines(local: object) -> list[str]:
     for change in plugin.get("changes") or []:
         out.append(f"- vLLM CPU plugin (vLLM {escape_markdown(str(plugin.get('vllm_version')))}): "
                    f"{escape_markdown(str(change))}")
-    for what in ("target", "draft"):
+    for what in ("target", "draft", "source_draft"):
         ident = local.get(what) or {}
-        out.append(f"- Served {what}: {markdown_code(ident.get('path'))} "
+        if what == "source_draft" and not ident:
+            continue
+        out.append(f"- Served {what.replace('_', ' ')}: {markdown_code(ident.get('path'))} "
                    f"(content revision {markdown_code(ident.get('revision'))})")
     for name, server in (local.get("servers") or {}).items():
         ready = server.get("ready_s")

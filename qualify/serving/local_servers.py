@@ -211,6 +211,7 @@ class LocalServing:
             "plugin": {"changes": list(plugin.CHANGES), "vllm_version": plugin.PLUGIN_VLLM_VERSION},
             "target": self.identity.get("target"),
             "draft": self.identity.get("draft"),
+            "source_draft": self.identity.get("source_draft"),
             "servers": {
                 name: {"plan": s.plan.to_dict(), "ready_s": s.start_s, "log": str(s.log_path),
                        "exit_code": s.process.returncode if s.process is not None else None,
