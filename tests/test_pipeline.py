@@ -72,7 +72,7 @@ def test_an_unreachable_hub_is_a_written_not_qualified_report(tmp_path: Path, mo
 
 def test_measured_levels_are_recorded_but_never_required_or_qualified() -> None:
     profile = load_profile("fixture")
-    assert profile.measured_levels == ("throughput",)
+    assert profile.measured_levels == ("throughput", "speedup")
     assert "throughput" in profile.run_levels and "throughput" not in profile.required_levels
     run = new_run(profile, None, None, ["structure", "throughput"])
     assert [(lv.name, lv.required) for lv in run.levels] == [("structure", True), ("throughput", False)]

@@ -439,7 +439,7 @@ def test_unknown_level_name(tmp_path: Path, fixture_text: str) -> None:
     path = write_variant(
         tmp_path,
         fixture_text,
-        'required = ["structure", "format", "reproduction", "load", "smoke", "acceptance", "losslessness"]',
+        'required = ["structure", "format", "reproduction", "load", "smoke", "acceptance", "paired", "losslessness"]',
         'required = ["structure", "fromat"]',
     )
     assert "$.levels.required[1]: 'fromat' is not one of" in profile_error(path)
@@ -515,8 +515,10 @@ def test_unpinned_digest_must_be_empty_or_a_digest(tmp_path: Path, seed_profile_
 
 
 def no_paired(text: str) -> str:
-    """The fixture profile without its [paired] and [speedup] tables (the tests below write their own)."""
-    return text[:text.index("[paired]")] + text[text.index("[losslessness]"):]
+    """The fixture profile without its [paired] and [speedup] tables and levels (the tests below write their own)."""
+    text = text[:text.index("[paired]")] + text[text.index("[losslessness]"):]
+    return text.replace('"acceptance", "paired", "losslessness"', '"acceptance", "losslessness"').replace(
+        'measured = ["throughput", "speedup"]', 'measured = ["throughput"]')
 
 
 PAIRED = """

@@ -53,14 +53,15 @@ def test_every_level_runs_for_real_and_qualifies(full_run) -> None:
     statuses = {lv.name: lv.status for lv in run.levels}
     assert statuses == {
         "structure": Status.PASSED, "format": Status.PASSED, "reproduction": Status.PASSED, "load": Status.PASSED,
-        "smoke": Status.PASSED, "acceptance": Status.PASSED, "losslessness": Status.PASSED,
+        "smoke": Status.PASSED, "acceptance": Status.PASSED, "paired": Status.PASSED,
+        "losslessness": Status.PASSED,
         # Measured with no bound: recorded, not qualified, not required.
-        "throughput": Status.SKIPPED,
+        "throughput": Status.SKIPPED, "speedup": Status.SKIPPED,
     }, proc.stdout[-4000:]
-    assert not run.level("throughput").required
+    assert not run.level("throughput").required and not run.level("speedup").required
     assert run.verdict is Verdict.QUALIFIED and proc.returncode == 0
     assert run.qualified_levels == ["structure", "format", "reproduction", "load", "smoke", "acceptance",
-                                    "losslessness"]
+                                    "paired", "losslessness"]
     assert "verdict: qualified" in proc.stdout
 
 
@@ -73,7 +74,7 @@ def test_the_report_records_what_ran_and_what_was_served(full_run) -> None:
     assert build["image_id"].startswith("sha256:")
     local = run.environment["local_server"]
     assert local["error"] is None and local["target"]["revision"] == "e6b7f88f172c6ab930f512d3a393cc2c273fc43c"
-    assert set(local["servers"]) == {"speculative", "reference"}
+    assert set(local["servers"]) == {"speculative", "reference", "source"}
     assert all(s["exit_code"] is not None for s in local["servers"].values())  # stopped at the end
     # The launched stand-in is gone, and the container names were this run's.
     assert run.environment["runtime"]["teardown"]["left"] == []
@@ -89,7 +90,7 @@ def test_the_gate_accepts_its_attestation_for_the_checkpoint_and_its_revision(fu
     proc = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
                    str(FIXTURE / "mxfp8"), "--revision", run.checkpoint["revision"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "acceptance, losslessness passed" in proc.stdout
+    assert "acceptance, paired, losslessness passed" in proc.stdout
     other = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
                     str(FIXTURE / "mxfp8"), "--revision", "0" * 40)
     assert other.returncode == 1 and "not " + "0" * 40 in other.stdout
