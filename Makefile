@@ -75,8 +75,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest tests -q -m "not slow"
 
+# ruff over everything, and the type checker over the package ([tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check qualify suites tests fixtures conftest.py runtimes/vllm-cpu
+	$(VENV)/bin/mypy
 
 # Every bad input in fixtures/corpus.py through the real CLI: cases, caught, tracebacks, "qualified" verdicts.
 reliability: $(STAMP)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TypeVar
@@ -63,7 +63,7 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = DEFAULT_CHUNK) -
     return _hash(path, str(path), chunk_size, None)
 
 
-def content_revision(digests: dict[str, str]) -> str:
+def content_revision(digests: Mapping[str, str]) -> str:
     """A 40-hex identity of a folder's content from each file's hex sha256, keyed by relative path.
 
     It stands in for a commit where a checkpoint is a local folder with no hub history

@@ -98,11 +98,11 @@ def pin_findings(digests: Mapping[str, str], pins: SourcePins) -> list[tuple[str
             out.append((f"the folder's content revision is {got}, the profile pins {pins.content_revision} "
                         f"(over {len(digests)} files): this is not the pinned source", None))
     for path, want in sorted(pins.sha256.items()):
-        got = digests.get(path)
-        if got is None:
+        found = digests.get(path)
+        if found is None:
             out.append(("pinned by the profile but missing from the source folder", path))
-        elif got != want:
-            out.append((f"sha256 is {got}, the profile pins {want}", path))
+        elif found != want:
+            out.append((f"sha256 is {found}, the profile pins {want}", path))
     if pins.sha256:
         for path in sorted(set(digests) - set(pins.sha256)):
             out.append(("in the source folder but not pinned by the profile: its content is unverified", path))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from qualify.report.card import (
     RUNTIME_LEVELS,
     checkpoint_conditions,
@@ -202,7 +204,8 @@ def _local_server_lines(local: object) -> list[str]:
     if local.get("method"):
         out.append(f"- Speculative method: {markdown_code(local.get('method'))}; the served draft "
                    f"{'is' if local.get('draft_is_checkpoint') else 'is not'} the checkpoint under test")
-    plugin = local.get("plugin") if isinstance(local.get("plugin"), dict) else {}
+    stated = local.get("plugin")
+    plugin: dict[str, Any] = stated if isinstance(stated, dict) else {}
     for change in plugin.get("changes") or []:
         out.append(f"- vLLM CPU plugin (vLLM {escape_markdown(str(plugin.get('vllm_version')))}): "
                    f"{escape_markdown(str(change))}")

@@ -164,6 +164,8 @@ def resolve_checkpoint(opts: RunOptions) -> Resolved:
     if revision is None:
         raise UsageError(f"profile {profile.name} pins no draft revision: give --draft-revision COMMIT (the release "
                          "candidate's immutable commit) or --checkpoint DIR")
+    if repo is None:  # the schema requires $.checkpoint.repo; said here for the type checker too
+        raise UsageError(f"profile {profile.name} names no draft repository ($.checkpoint.repo)")
     return _fetch(repo, revision, "draft", opts.hf_cache)
 
 

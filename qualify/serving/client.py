@@ -114,7 +114,7 @@ def load_prompts(path: Path) -> PromptSet:
         if not isinstance(pid, str) or not pid or pid in seen:
             raise UsageError(f"{at}: 'id' must be a unique non-empty string, not {pid!r}")
         seen.add(pid)
-        if cat not in categories:
+        if not isinstance(cat, str) or cat not in categories:
             raise UsageError(f"{at} ({pid}): category {cat!r} is not one of {categories}")
         if kind == "completion" and isinstance(item.get("prompt"), str) and item["prompt"]:
             prompts.append(Prompt(pid, cat, kind, prompt=item["prompt"]))

@@ -76,7 +76,8 @@ class LocalServing:
     def _prepare(self) -> list[VLLMServer]:
         if self.draft is None:
             raise HarnessError("[local_server] serve_checkpoint is set but the run has no checkpoint folder to serve")
-        sources = [("source draft", self.spec.source_draft)] if self._serves_source else []
+        sources = ([("source draft", self.spec.source_draft)]
+                   if self._serves_source and self.spec.source_draft is not None else [])
         for what, path in (("target", self.target), ("draft", self.draft), *sources):
             if not (path / "config.json").is_file():
                 hint = f"run {self.spec.setup}" if self.spec.setup else "build it first"

@@ -135,7 +135,7 @@ def load_prompt_set(path: Path, fmt: str, *, name: str | None = None, limit: int
         "gsm8k": _gsm8k,
         "humaneval": lambda o, w, n: _humaneval(o, w),
     }
-    prompts: list[Prompt] = []
+    read: list[Prompt] = []
     seen: dict[str, int] = {}
     for number, obj in _jsonl(raw, where):
         at = f"{where}: line {number}"
@@ -143,12 +143,11 @@ def load_prompt_set(path: Path, fmt: str, *, name: str | None = None, limit: int
         if prompt.id in seen:
             raise UsageError(f"{at}: id {prompt.id!r} repeats line {seen[prompt.id]}")
         seen[prompt.id] = number
-        prompts.append(prompt)
+        read.append(prompt)
     if limit is not None:
-        prompts = prompts[:limit]
-    categories = tuple(dict.fromkeys(p.category for p in prompts))
-    return PromptSet(name or fmt, path, hashlib.sha256(raw).hexdigest(), STANDARD_LICENCE, categories,
-                     tuple(prompts))
+        read = read[:limit]
+    categories = tuple(dict.fromkeys(p.category for p in read))
+    return PromptSet(name or fmt, path, hashlib.sha256(raw).hexdigest(), STANDARD_LICENCE, categories, tuple(read))
 
 
 def set_identity(ps: PromptSet, fmt: str, total: int | None = None) -> dict[str, Any]:
