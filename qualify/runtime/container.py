@@ -388,8 +388,8 @@ def runtime_error_line(lines: Sequence[str]) -> str | None:
     """The runtime's own last error in ``lines`` (the log's tail), preferring a cause to a pointer to one."""
     errors = [line.strip() for line in lines if _ERROR_LINE.search(line)]
     causes = [line for line in errors if not _POINTER_LINE.search(line)]
-    found = (causes or errors or [None])[-1]
-    return redact(found)[:300] if found else None
+    chosen = causes or errors
+    return redact(chosen[-1])[:300] if chosen else None
 
 
 def failure_evidence(summary: str, exc: RuntimeFailure) -> Evidence:
