@@ -94,3 +94,15 @@ def test_the_summary_gives_each_not_run_check_its_own_reason():
     assert "  not run (level smoke failed before it): acceptance.rate, acceptance.len" in lines
     assert "  not run (an input it needs is broken (see structure.a)): structure.b" in lines
     assert not any("input" in line for line in lines[lines.index("acceptance    not-run  2 checks"):]), lines
+
+
+def test_the_summary_says_when_the_source_was_trusted_without_proof():
+    from qualify.checkpoint.identity import identity_record
+
+    run = run_with({"structure": Status.PASSED})
+    assert not any(line.startswith("source:") for line in summary_lines(run))
+    run.source["identity"] = identity_record(verified=False, trusted=True, method=None, repo="o/n", revision="a" * 40)
+    lines = summary_lines(run)
+    assert lines[-2].startswith("source: Source identity not verified: the source folder was trusted on "
+                                "--trust-local-source")
+    assert lines[-1] == "verdict: qualified"

@@ -315,5 +315,8 @@ def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
         lines.extend(f"  not run ({reason}): {', '.join(ids)}" for reason, ids in not_run.items())
     if run.interrupted:
         lines.append(f"interrupted: {run.interrupted}")
+    note = source_identity_note(run)
+    if note:  # a verdict reached on a source no proof established says so where it is read first
+        lines.append(f"source: {note}")
     lines.append(f"verdict: {run.verdict}")
     return escape_lines([redact(line) for line in lines])
