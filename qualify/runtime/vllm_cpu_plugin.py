@@ -30,6 +30,16 @@ CHANGES: tuple[str, ...] = (
 )
 
 
+def active_in_worker(log_text: str) -> bool:
+    """Whether a vLLM server's log shows the plugin active in the process that runs the model (its worker).
+
+    vLLM prefixes each process's lines with its role (``(VllmWorker-0 pid=...)``, ``(Worker pid=...)``);
+    the K-norm fix and the MXFP8 kernel matter in that process, so a line from the API server alone
+    is not enough.
+    """
+    return any(ACTIVE_LINE in line and "Worker" in line.split(ACTIVE_LINE, 1)[0] for line in log_text.splitlines())
+
+
 def plugin_dir() -> Path:
     """The folder to put on a vLLM server's ``PYTHONPATH``; HarnessError if the checkout lacks it."""
     entry_points = sorted(PLUGIN_DIR.glob("qualify_vllm_cpu-*.dist-info/entry_points.txt"))
@@ -48,4 +58,5 @@ def server_env(base_pythonpath: str | None = None) -> dict[str, str]:
     return {"PYTHONPATH": ":".join(parts)}
 
 
-__all__ = ["ACTIVE_LINE", "CHANGES", "PLUGIN_DIR", "PLUGIN_VLLM_VERSION", "plugin_dir", "server_env"]
+__all__ = ["ACTIVE_LINE", "CHANGES", "PLUGIN_DIR", "PLUGIN_VLLM_VERSION", "active_in_worker", "plugin_dir",
+           "server_env"]

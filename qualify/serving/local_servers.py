@@ -33,13 +33,11 @@ from qualify.serving.vllm_server import VLLMServer, plan_for_profile, wait_all_r
 from qualify.util.ports import free_port
 
 
-def _log_has(path: Path, words: str) -> bool:
-    """Whether a server's log holds ``words`` (the plugin's line: it proves the plugin ran in that server)."""
+def _read(path: Path) -> str:
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return any(words in line for line in f)
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
+        return ""
 
 
 def folder_identity(root: Path) -> dict[str, Any]:
@@ -136,8 +134,16 @@ class LocalServing:
         def wait() -> None:
             try:
                 wait_all_ready(servers)
+                for name, server in self.servers.items():
+                    if not plugin.active_in_worker(_read(server.log_path)):
+                        # Without it, DFlash acceptance on a CPU would silently not mean what it means on a GPU.
+                        raise HarnessError(
+                            f"the vLLM CPU plugin did not report itself active in the model worker of the {name} "
+                            f"server (no '{plugin.ACTIVE_LINE}' line from a Worker in {server.log_path})")
             except BaseException as exc:  # handed to whoever waits
                 self._failure = exc
+                for server in servers:
+                    server.stop()
 
         self._thread = threading.Thread(target=wait, name="qualify-local-serving", daemon=True)
         self._thread.start()
@@ -216,7 +222,7 @@ class LocalServing:
             "servers": {
                 name: {"plan": s.plan.to_dict(), "ready_s": s.start_s, "log": str(s.log_path),
                        "exit_code": s.process.returncode if s.process is not None else None,
-                       "plugin_active": _log_has(s.log_path, plugin.ACTIVE_LINE)}
+                       "plugin_active": plugin.active_in_worker(_read(s.log_path))}
                 for name, s in self.servers.items()
             },
         }
