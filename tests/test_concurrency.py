@@ -188,3 +188,32 @@ def test_without_proc_the_ownership_is_unknown_not_assumed(tmp_path: Path) -> No
 
     assert ports.listening_inodes(8000, proc=tmp_path) is None
     assert ports.session_listens(1, 8000, proc=tmp_path) is None
+
+
+def test_a_port_held_from_another_pid_namespace_is_not_the_containers(tmp_path: Path) -> None:
+    """The runtime container's ownership check: a listener counts only from inside the container's PID namespace."""
+    import os
+    import shutil
+
+    from qualify.util import ports
+
+    code = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
+            "print('up', flush=True); time.sleep(30)")
+    here_port, there_port = free_port(), free_port()
+    here = subprocess.Popen([sys.executable, "-c", code, str(here_port)], stdout=subprocess.PIPE, text=True)
+    # A listener in a PID namespace of its own, as a container's server is (root, as CI runs).
+    unshare = shutil.which("unshare")
+    assert unshare is not None and os.geteuid() == 0, "needs unshare(1) and root, as the CI machine has"
+    there = subprocess.Popen([unshare, "--pid", "--fork", sys.executable, "-c", code, str(there_port)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert here.stdout is not None and here.stdout.readline().strip() == "up"
+        assert there.stdout is not None and there.stdout.readline().strip() == "up"
+        assert ports.namespace_listens(os.getpid(), here_port) is True  # our namespace holds it
+        assert ports.namespace_listens(os.getpid(), there_port) is False  # held from another namespace
+        assert ports.namespace_listens(os.getpid(), free_port()) is False  # nobody listens
+        assert ports.namespace_listens(2**22 + 7, here_port) is None  # no such process: cannot tell
+    finally:
+        for p in (here, there):
+            p.kill()
+            p.wait()

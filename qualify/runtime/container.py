@@ -45,7 +45,7 @@ from qualify.runtime.engine import cleanup_leftovers, run_containers
 from qualify.runtime.image import ImageIdentity, check_image, check_pinning, inspect_image
 from qualify.runtime.labels import LABEL_RUN
 from qualify.runtime.plan import LaunchPlan, create_kwargs
-from qualify.util.ports import in_use
+from qualify.util.ports import in_use, namespace_listens
 from qualify.util.progress import WaitProgress
 from qualify.util.redact import redact, redact_env
 
@@ -256,6 +256,21 @@ class RuntimeContainer:
         with WaitProgress(f"the runtime container {self.plan.name}", timeout) as progress:
             return self._poll_ready(timeout, poll_s, progress.tick)
 
+    def _check_answering_server_is_ours(self, state: dict[str, Any]) -> None:
+        """On the host's network, the server that answered must listen from inside this container.
+
+        Another run's server that took the port after the launch preflight answers the same probes;
+        its answers must never count as this runtime's readiness (its /proc tells whose socket it is).
+        """
+        pid = state.get("Pid")
+        if self.plan.network != "host" or not isinstance(pid, int) or pid <= 0:
+            return
+        if namespace_listens(pid, self.plan.port) is False:
+            raise RuntimeFailure(
+                f"{self.plan.host}:{self.plan.port} answers as {self.plan.served_model_name!r}, but no process of "
+                f"container {self.plan.name} listens on it: another server holds the port (another run's?); "
+                "refusing to take its answers for this runtime's", log_tail=self.log_tail())
+
     def _poll_ready(self, timeout: float, poll_s: float, tick: Callable[[str], None]) -> Readiness:
         assert self.started_at is not None
         deadline = self.started_at + timeout
@@ -293,6 +308,7 @@ class RuntimeContainer:
                         body = json.loads(r.read() or b"{}")
                     models = [str(m.get("id")) for m in body.get("data") or [] if isinstance(m, dict)]
                     if self.plan.served_model_name in models:
+                        self._check_answering_server_is_ours(state)
                         self.readiness = Readiness(health_s, time.monotonic() - self.started_at, models, polls)
                         return self.readiness
                     last = f"/v1/models lists {models}, not {self.plan.served_model_name!r}"

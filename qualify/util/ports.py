@@ -91,4 +91,31 @@ def session_listens(session: int, port: int, proc: Path = PROC) -> bool | None:
     return False
 
 
-__all__ = ["free_port", "in_use", "listening_inodes", "session_listens"]
+def _pid_namespace(pid_dir: Path) -> str | None:
+    try:
+        return os.readlink(pid_dir / "ns" / "pid")
+    except OSError:
+        return None
+
+
+def namespace_listens(pid: int, port: int, proc: Path = PROC) -> bool | None:
+    """Whether a process in ``pid``'s PID namespace (a container's) holds the socket listening on ``port``.
+
+    For a container on the host's network, whose processes the host's /proc shows; None if /proc
+    cannot tell (no such process, namespaces unreadable, no /proc/net).
+    """
+    inodes = listening_inodes(port, proc)
+    if inodes is None:
+        return None
+    namespace = _pid_namespace(proc / str(pid))
+    if namespace is None:
+        return None
+    if not inodes:
+        return False
+    for pid_dir in proc.iterdir():
+        if pid_dir.name.isdigit() and _pid_namespace(pid_dir) == namespace and _socket_inodes(pid_dir) & inodes:
+            return True
+    return False
+
+
+__all__ = ["free_port", "in_use", "listening_inodes", "namespace_listens", "session_listens"]
