@@ -95,7 +95,7 @@ def test_without_source_the_source_checks_are_skipped_and_not_qualified(tmp_path
 
 INTERRUPT = """
 import os, signal, sys
-import qualify.checkpoint.manifest as m
+import qualify.checks.structure as m
 def boom(*a, **k):
     {action}
 m.check_file_list = boom
