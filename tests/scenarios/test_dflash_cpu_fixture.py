@@ -1,6 +1,6 @@
 """The CPU DFlash fixture (fixtures/dflash-cpu): what vLLM's DFlash proposer reads, and the checkpoint levels.
 
-The draft is served by the real vLLM in ``tests/test_dflash_cpu_live.py`` (slow); here, the
+The draft is served by the real vLLM in ``tests/scenarios/test_dflash_cpu_live.py`` (slow); here, the
 contract it must meet to be served at all, checked on the shipped bytes, and the damaged
 variants, each a consistent checkpoint that differs from the good one only as intended.
 """

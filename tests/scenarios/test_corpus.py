@@ -15,7 +15,7 @@ from fixtures.run_corpus import forged_output
 
 pytestmark = pytest.mark.slow  # runs the real CLI in subprocesses
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TRACEBACK = "Traceback (most recent call last)"
 
 

@@ -20,7 +20,7 @@ from qualify.serving.specdecode import (
     RequestSample,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 MODEL = "dflash2-tiny-target"
 
 

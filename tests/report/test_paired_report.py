@@ -11,7 +11,7 @@ from qualify.report.plots import paired_charts, paired_difference_svg, paired_po
 from qualify.serving import paired as pr
 from qualify.serving.specdecode import Bootstrap, CounterDelta
 from qualify.serving.throughput import speedup_evidence
-from tests.test_paired import from_steps, hardness, samples, worse
+from tests.serving.test_paired import from_steps, hardness, samples, worse
 
 BOOT = Bootstrap(resamples=300)
 

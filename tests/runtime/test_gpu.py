@@ -22,7 +22,7 @@ from qualify.runtime.gpu import (
     required_devices,
 )
 
-DATA = Path(__file__).parent / "data" / "nvidia-smi"
+DATA = Path(__file__).parents[1] / "data" / "nvidia-smi"
 RTX = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
 
 

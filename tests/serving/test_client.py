@@ -28,10 +28,10 @@ from qualify.serving import specdecode as sd
 from qualify.serving.throughput import throughput_evidence
 from qualify.serving.vllm_server import ServerPlan, plan_for_profile
 from tests.fault_server import QuietJSONHandler
-from tests.test_specdecode import metrics_text
+from tests.serving.test_specdecode import metrics_text
 
 MODEL = "dflash2-tiny-target"
-PROMPTS = Path(__file__).resolve().parent.parent / "fixtures" / "prompts" / "acceptance-v1.json"
+PROMPTS = Path(__file__).resolve().parents[2] / "fixtures" / "prompts" / "acceptance-v1.json"
 
 
 class FakeVLLM:

@@ -19,7 +19,7 @@ from qualify.checks.source_identity import check_source_identity
 from qualify.errors import CheckpointError
 from tests.hub_standin import StandinHub, StandinRepo, git_blob_sha1
 
-FIXTURE_SOURCE = Path(__file__).resolve().parent.parent / "fixtures" / "dflash2-tiny" / "source"
+FIXTURE_SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "dflash2-tiny" / "source"
 OTHER = "0123456789abcdef0123456789abcdef01234567"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from qualify.checks import source_config as sc
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "dflash2-tiny"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dflash2-tiny"
 
 
 @pytest.fixture

@@ -103,7 +103,7 @@ def _probe(code: str) -> tuple[dict[str, Any], str]:
         pytest.fail(f"{exc} ({exc.hint})", pytrace=False)
     env = {**os.environ, **server_env(), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=PROBE_TIMEOUT_S, cwd=str(Path(__file__).parent))
+                          timeout=PROBE_TIMEOUT_S, cwd=str(Path(__file__).parents[1]))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"probe failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return json.loads(lines[-1].removeprefix("RESULT ")), proc.stdout + proc.stderr

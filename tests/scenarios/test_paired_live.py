@@ -14,7 +14,7 @@ the damaged one must fail it, while it still clears the profile's absolute [acce
 thresholds (the case the paired gate exists for). The suites then run the level as a user
 does (``--endpoint``/``--source-endpoint``) and their report.md must show both drafts, the
 interval, the margin and the charts. Without the vLLM venv these tests FAIL (see
-tests/test_serving_live.py for why).
+tests/scenarios/test_serving_live.py for why).
 """
 
 from __future__ import annotations
