@@ -7,6 +7,7 @@ variants, each a consistent checkpoint that differs from the good one only as in
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -97,3 +98,25 @@ def test_damaged_variants_differ_only_as_intended(tmp_path: Path) -> None:
         done = run_qualify("check", str(path / "mxfp8"), "--source", str(path / "source"), "--profile", str(profile),
                            "--levels", "format,reproduction", "--report-dir", str(tmp_path / name))
         assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+
+
+def test_the_scale_damaged_conversion_differs_only_in_scale_bytes_each_one_higher(tmp_path: Path) -> None:
+    """The paired level's damaged variant (tests/test_dflash_cpu_live.py): scale bytes +1, the folder consistent."""
+    out = dflash_cpu.scale_bytes_off_by_one(DRAFT / "mxfp8", tmp_path / "damaged")
+    good, bad = _names(DRAFT / "mxfp8"), _names(out)
+    assert good == bad
+    changed = 0
+    with safe_open(str(DRAFT / "mxfp8" / "model.safetensors"), "pt") as g, \
+            safe_open(str(out / "model.safetensors"), "pt") as b:
+        for name in good:
+            x, y = g.get_tensor(name), b.get_tensor(name)
+            if torch.equal(x, y):
+                continue
+            assert name.endswith("weight_scale"), name
+            diff = y.to(torch.int16) - x.to(torch.int16)
+            assert set(diff.unique().tolist()) == {0, 1}, name
+            changed += int(diff.sum())
+    assert changed > 0
+    manifest = json.loads((out / "conversion_manifest.json").read_text())
+    for entry in manifest["output"]["files"]:
+        assert hashlib.sha256((out / entry["path"]).read_bytes()).hexdigest() == entry["sha256"], entry["path"]

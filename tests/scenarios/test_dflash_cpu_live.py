@@ -24,6 +24,9 @@ from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.report.model import Run, Status, read_json
 from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
+from qualify.serving import client as cl
+from qualify.serving import paired_measure as pm
+from qualify.serving import specdecode as sd
 from qualify.serving.vllm_server import VLLMServer, plan_for_profile, start_together
 from qualify.util.ports import free_port
 from tests.helpers import REPO
@@ -132,3 +135,81 @@ def test_a_checkpoint_vllm_cannot_load_fails_load_with_vllms_own_error(tmp_path:
     said = " ".join(f.message for f in ready.evidence.findings)
     assert "the runtime's last error: Value error, Model Runner V1 does not support: DFlash candidate-head drafts" \
         in said, said
+
+
+# ---- the paired level: the MXFP8 checkpoint against the BF16 draft it was converted from
+
+PAIRED_SUMMARY = os.environ.get("QUALIFY_DFLASH_PAIRED_SUMMARY")
+
+
+@pytest.fixture(scope="module")
+def paired_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, VLLMServer]]:
+    """Servers of the target with the BF16 source, the shipped MXFP8 conversion and a scale-damaged copy of it.
+
+    Started once for the module, each with vLLM's per-request metrics and the profile's settings (the
+    DFlash proposer, float32), as the run's [local_server] starts the source and the checkpoint.
+    """
+    try:
+        python = find_vllm_python()
+    except HarnessError as exc:
+        pytest.fail(f"{exc}: run {SETUP_SCRIPT} first", pytrace=False)
+    profile = load_profile(PROFILE)
+    spec = profile.local_server
+    assert spec is not None and spec.source_draft is not None
+    damaged = dflash_cpu.scale_bytes_off_by_one(dflash_cpu.DEFAULT_OUT / "mxfp8",
+                                                tmp_path_factory.mktemp("damaged") / "mxfp8")
+    drafts = {"source": spec.source_draft, "good": dflash_cpu.DEFAULT_OUT / "mxfp8", "damaged": damaged}
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    logs = tmp_path_factory.mktemp("dflash-paired-logs")
+    started: dict[str, VLLMServer] = {}
+    for i, (name, draft) in enumerate(drafts.items()):
+        plan = plan_for_profile(profile, python=python, model=serving.build().target, draft=draft, port=free_port(),
+                                dtype=spec.dtype, extra_args=sd.PER_REQUEST_FLAG, method=spec.method)
+        plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])})
+        started[name] = VLLMServer(plan, logs / f"{name}.log", ready_timeout_s=900)
+    try:
+        start_together(list(started.values()))
+        yield started
+    except HarnessError as exc:
+        pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+PAIRED: dict[str, Any] = {}
+
+
+def _paired(servers: dict[str, VLLMServer], candidate: str) -> tuple[Any, list[Any]]:
+    profile = load_profile(PROFILE)
+    spec = profile.paired
+    assert spec is not None
+    req = pm.Request(model=profile.served_model_name, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                     timeout_s=spec.request_timeout_s, proposal_length=profile.proposal_length,
+                     full_block=spec.full_block)
+    cand, src = servers[candidate].endpoint, servers["source"].endpoint
+    ev, decisions = pm.paired_level((cl.make_client(cand), cand), (cl.make_client(src), src), spec, req)
+    PAIRED[candidate] = {str(d.concurrency): {
+        "source_rate": d.overall.source.acceptance_rate.estimate,
+        "candidate_rate": d.overall.candidate.acceptance_rate.estimate,
+        "source_length": d.overall.source.mean_acceptance_length.estimate,
+        "candidate_length": d.overall.candidate.mean_acceptance_length.estimate,
+        "relative_rate": d.overall.acceptance_rate.relative.to_dict(),
+        "relative_length": d.overall.mean_acceptance_length.relative.to_dict(),
+        "passed": d.ok} for d in decisions}
+    if PAIRED_SUMMARY:
+        Path(PAIRED_SUMMARY).write_text(json.dumps(PAIRED, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return ev, decisions
+
+
+def test_the_mxfp8_draft_is_within_the_margin_of_its_bf16_source(paired_servers) -> None:
+    ev, decisions = _paired(paired_servers, "good")
+    assert ev.ok, ev.failure_text()
+    assert [d.concurrency for d in decisions] == [1, 4]
+
+
+def test_a_scale_damaged_mxfp8_draft_fails_the_paired_gate(paired_servers) -> None:
+    """Every 256th scale byte one too high, the folder self-consistent: only serving the draft shows it."""
+    ev, _ = _paired(paired_servers, "damaged")
+    assert not ev.ok
+    assert "relative to the source draft" in ev.failure_text(), ev.failure_text()
