@@ -101,7 +101,7 @@ def test_damaged_variants_differ_only_as_intended(tmp_path: Path) -> None:
 
 
 def test_the_scale_damaged_conversion_differs_only_in_scale_bytes_each_one_higher(tmp_path: Path) -> None:
-    """The paired level's damaged variant (tests/test_dflash_cpu_live.py): scale bytes +1, the folder consistent."""
+    """The paired level's damaged variant (test_dflash_cpu_live.py): scale bytes +1, the folder consistent."""
     out = dflash_cpu.scale_bytes_off_by_one(DRAFT / "mxfp8", tmp_path / "damaged")
     good, bad = _names(DRAFT / "mxfp8"), _names(out)
     assert good == bad
