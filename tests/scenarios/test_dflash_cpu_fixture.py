@@ -120,3 +120,19 @@ def test_the_scale_damaged_conversion_differs_only_in_scale_bytes_each_one_highe
     manifest = json.loads((out / "conversion_manifest.json").read_text())
     for entry in manifest["output"]["files"]:
         assert hashlib.sha256((out / entry["path"]).read_bytes()).hexdigest() == entry["sha256"], entry["path"]
+
+
+def test_the_paired_level_serves_the_pinned_bf16_source_as_the_checkpoint_is_served() -> None:
+    """make qualify's release question: the checkpoint against the very BF16 draft it was converted from."""
+    profile = load_profile(PROFILE)
+    spec, paired = profile.local_server, profile.paired
+    assert spec is not None and paired is not None and profile.speedup is not None
+    assert "paired" in profile.required_levels and "speedup" in profile.measured_levels
+    assert spec.source_draft == (DRAFT / "source").resolve()
+    # The served source is the source the checkpoint's manifest names and the profile pins.
+    manifest = json.loads((DRAFT / "mxfp8" / "conversion_manifest.json").read_text())
+    assert folder_revision(spec.source_draft) == profile.source_revision == manifest["source"]["revision"]
+    assert json.loads((spec.source_draft / "config.json").read_text())["dtype"] == "bfloat16"
+    assert spec.serve_checkpoint and spec.method == "dflash"
+    # Batch 1 and the runtime's MAX_NUM_SEQS, both gated.
+    assert paired.concurrency == (1, int(profile.launch_env()["MAX_NUM_SEQS"]))
