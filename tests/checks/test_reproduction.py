@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.corpus import swizzle_scales
+from qualify.checkpoint.checksums import folder_revision
 from qualify.checkpoint.manifest import load_manifest
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks import reproduction as r
@@ -111,10 +112,20 @@ def test_convert_cli_reproduces_the_shipped_fixture_bytes(tmp_path):
 def test_manifest_cli_then_check_qualifies_a_foreign_conversion(tmp_path):
     src = without_subnormal_blocks(FIXTURE / "source", tmp_path / "source")
     out = torchao_checkpoint(src, tmp_path / "torchao", "FLOOR")
-    proc = run_qualify("manifest", str(src), str(out), "--source-repo", "t/src", "--source-revision", REVISION)
+    # The source is another folder than the fixture's, so a profile must pin its repository and
+    # its content for the run to prove where it came from.
+    revision = folder_revision(src)
+    text = load_profile("fixture").path.read_text()
+    shipped = load_profile("fixture").source
+    profile = tmp_path / "foreign.toml"
+    profile.write_text(text.replace('name = "fixture"', 'name = "foreign"', 1)
+                       .replace(f'repo = "{shipped.repo}"', 'repo = "t/src"', 1)
+                       .replace(f'"{shipped.revision}"', f'"{revision}"'))
+    proc = run_qualify("manifest", str(src), str(out), "--source-repo", "t/src", "--source-revision", revision)
     assert proc.returncode == 0, proc.stderr
     assert "scale recipe ocp-floor" in proc.stdout
-    check = run_qualify("check", str(out), "--source", str(src), "--report-dir", str(tmp_path / "r"))
+    check = run_qualify("check", str(out), "--source", str(src), "--profile", str(profile),
+                        "--report-dir", str(tmp_path / "r"))
     assert check.returncode == 0, check.stdout + check.stderr
     assert "reproduction  passed" in check.stdout
 
