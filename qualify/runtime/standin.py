@@ -27,7 +27,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,19 +216,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from qualify.runtime.engine import docker_client
 
-    client = docker_client()
     t0 = time.perf_counter()
-    report = ensure_image(client, rebuild=args.rebuild)
-    print(f"{report.image} {report.image_id}")
-    for step, seconds in report.timings_s.items():
-        print(f"  {step}: {seconds:.1f} s")
-    print(f"  built: {', '.join(report.built) or 'nothing (cached)'}; total {time.perf_counter() - t0:.1f} s")
+    print_build(ensure_image(docker_client(), rebuild=args.rebuild), t0)
     return 0
 
 
-if __name__ == "__main__":
+def print_build(report: BuildReport, started: float) -> None:
+    """What an image build did, step by step, for the ``python -m`` entry points."""
+    print(f"{report.image} {report.image_id}")
+    for step, seconds in report.timings_s.items():
+        print(f"  {step}: {seconds:.1f} s")
+    print(f"  built: {', '.join(report.built) or 'nothing (cached)'}; total {time.perf_counter() - started:.1f} s")
+
+
+def run_main(main: Callable[[], int], prog: str) -> None:
+    """Exit with ``main()``'s code; a harness error is one line naming ``prog`` and exit 2, never a traceback."""
     try:
         sys.exit(main())
     except HarnessError as exc:
-        print(f"qualify.runtime.standin: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    run_main(main, "qualify.runtime.standin")

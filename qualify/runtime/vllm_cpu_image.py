@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -157,17 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     from qualify.runtime.engine import docker_client
 
     t0 = time.perf_counter()
-    report = ensure_image(docker_client(), rebuild=args.rebuild)
-    print(f"{report.image} {report.image_id}")
-    for step, seconds in report.timings_s.items():
-        print(f"  {step}: {seconds:.1f} s")
-    print(f"  built: {', '.join(report.built) or 'nothing (cached)'}; total {time.perf_counter() - t0:.1f} s")
+    standin.print_build(ensure_image(docker_client(), rebuild=args.rebuild), t0)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except HarnessError as exc:
-        print(f"qualify.runtime.vllm_cpu_image: {exc}", file=sys.stderr)
-        sys.exit(2)
+    standin.run_main(main, "qualify.runtime.vllm_cpu_image")
