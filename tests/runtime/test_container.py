@@ -370,6 +370,7 @@ def test_wrong_evidence_is_a_failed_check(docker_client: Any, standin: str, tmp_
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # waits out its readiness deadline by design
 def test_a_server_that_serves_another_model_is_not_ready(docker_client: Any, standin: str, tmp_path: Path) -> None:
     plan = fault_plan(docker_client, tmp_path, "wrong-model")
     lists = r"lists \['dflash2-tiny-target-other'\], not 'dflash2-tiny-target'"
