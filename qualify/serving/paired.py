@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from qualify.report.model import Evidence
-from qualify.serving.specdecode import Bootstrap, CounterDelta, Interval, add, quantile
+from qualify.serving.specdecode import Bootstrap, CounterDelta, Interval, add, figures_dict, quantile
 
 #: The relative difference a resample counts as when a figure is undefined in it: all acceptance lost.
 WORST_RELATIVE = -1.0
@@ -106,12 +106,7 @@ class DraftFigures:
     position_rates: tuple[Interval, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "acceptance_rate": self.acceptance_rate.to_dict(),
-            "mean_acceptance_length": self.mean_acceptance_length.to_dict(),
-            "position_acceptance_rates": [{"position": i, **iv.to_dict()} for i, iv in enumerate(self.position_rates)],
-            "counter_totals": self.totals.to_dict(),
-        }
+        return figures_dict(self)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -500,15 +500,30 @@ class AcceptanceStats:
     position_rates: tuple[Interval, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "acceptance_rate": self.acceptance_rate.to_dict(),
-            "mean_acceptance_length": self.mean_acceptance_length.to_dict(),
-            "position_acceptance_rates": [
-                {"position": i, **iv.to_dict()} for i, iv in enumerate(self.position_rates)
-            ],
-            "counter_totals": self.totals.to_dict(),
-        }
+        return {"requests": self.requests, **figures_dict(self)}
+
+
+class Figures(Protocol):
+    """What one draft's acceptance figures consist of (:class:`AcceptanceStats`, the paired level's drafts)."""
+
+    @property
+    def totals(self) -> CounterDelta: ...
+    @property
+    def acceptance_rate(self) -> Interval: ...
+    @property
+    def mean_acceptance_length(self) -> Interval: ...
+    @property
+    def position_rates(self) -> tuple[Interval, ...]: ...
+
+
+def figures_dict(stats: Figures) -> dict[str, Any]:
+    """The acceptance figures of ``stats`` as the report records them."""
+    return {
+        "acceptance_rate": stats.acceptance_rate.to_dict(),
+        "mean_acceptance_length": stats.mean_acceptance_length.to_dict(),
+        "position_acceptance_rates": [{"position": i, **iv.to_dict()} for i, iv in enumerate(stats.position_rates)],
+        "counter_totals": stats.totals.to_dict(),
+    }
 
 
 def acceptance_stats(deltas: Sequence[CounterDelta], boot: Bootstrap | None = None) -> AcceptanceStats:
