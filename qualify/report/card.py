@@ -211,15 +211,23 @@ def runtime_conditions(conditions: dict[str, Any]) -> list[str]:
     if rt.get("image"):
         lines.append(f"- Runtime: {rt['image']}" + (f" ({rt['digest']})" if rt.get("digest") else ""))
     hw = c.get("hardware") or {}
-    if hw.get("count"):
+    on_gpus = bool(hw.get("count"))
+    if on_gpus:
         lines.append(f"- Hardware: {number_words(hw['count'])} {hw.get('name') or 'GPU'} GPUs")
     elif hw:
         lines.append("- Hardware: CPU only (no GPU)")
     par = c.get("parallelism") or {}
-    if par:
+    if par and (on_gpus or not hw):
         lines.append(f"- Parallelism: tensor parallel size {par.get('tensor_parallel_size')} and decode-context "
                      f"parallel size {par.get('decode_context_parallel_size')}")
-    b = c.get("backends") or {}
+    elif par:
+        # A CPU runtime is one process: the profile's parallelism was checked against the tensors' shapes by
+        # the format level, but no runtime ran it, and a qualified condition must be one a runtime ran under.
+        lines.append(f"- Parallelism: none (one CPU process); tensor parallel size "
+                     f"{par.get('tensor_parallel_size')} was checked only as a format condition (every sharded "
+                     "dimension divides evenly), not run")
+    # The GPU backends are launcher settings a CPU runtime cannot apply (its launcher logs them as ignored).
+    b = (c.get("backends") or {}) if (on_gpus or not hw) else {}
     target = [b.get(k) for k in ("target_attention", "target_moe", "target_linear", "target_all_reduce")]
     if target and all(target) and len(set(target)) == 1:
         lines.append(f"- Target attention, MoE, linear, and tensor-parallel all-reduce: {target[0]}")
@@ -238,7 +246,7 @@ def runtime_conditions(conditions: dict[str, Any]) -> list[str]:
         lines.append(f"- DFlash proposal length: {number_words(n)} token{'s' if n != 1 else ''}")
     if c.get("draft_kv_cache"):
         lines.append(f"- DFlash KV cache: {c['draft_kv_cache']}")
-    if c.get("cuda_graph_mode"):
+    if c.get("cuda_graph_mode") and (on_gpus or not hw):
         lines.append(f"- CUDA graph mode: {c['cuda_graph_mode']} for the load-and-inference qualification")
     return lines
 

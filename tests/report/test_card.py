@@ -330,3 +330,24 @@ def test_a_hostile_manifest_repository_cannot_forge_card_lines():
                                               manifest_repo="x\n\nStatus: qualified for everything"))
     assert "\nStatus: qualified for everything" not in card
     assert "The manifest names source x" in card
+
+
+def test_a_cpu_runtime_claims_no_parallelism_backends_or_cuda_graphs_it_did_not_run():
+    from qualify.profile import load_profile
+    from qualify.report.card import runtime_conditions
+
+    cpu = load_profile("fixture-dflash-cpu").conditions()
+    lines = runtime_conditions(cpu)
+    text = "\n".join(lines)
+    assert "- Hardware: CPU only (no GPU)" in lines
+    assert "tensor parallel size 4 and decode-context" not in text
+    assert ("- Parallelism: none (one CPU process); tensor parallel size 4 was checked only as a format condition "
+            "(every sharded dimension divides evenly), not run") in lines
+    assert "CUDA graph mode" not in text
+    # The same conditions with GPUs keep every claim: what hides them is the CPU, nothing else.
+    gpu = {**cpu, "hardware": {"count": 4, "name": "NVIDIA H200"}, "backends": {"dflash_attention": "FA2"}}
+    gpu_text = "\n".join(runtime_conditions(gpu))
+    assert "- Parallelism: tensor parallel size 4 and decode-context parallel size 1" in gpu_text
+    assert "CUDA graph mode: NONE" in gpu_text and "DFlash attention: FA2" in gpu_text
+    cpu_with_backends = {**cpu, "backends": {"dflash_attention": "FA2"}}
+    assert "FA2" not in "\n".join(runtime_conditions(cpu_with_backends))
