@@ -147,6 +147,7 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
         read_envelope,
         read_statement,
         verify_envelope,
+        verify_model_signature,
     )
     from qualify.release.checklist import level_checks
     from qualify.release.gate import Expected, attestation_refusals, check_revision_argument
@@ -176,9 +177,17 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     if signature is not None:
         # The model-signing bundle beside the attestation is for users downstream; it must be the one signed.
         bundle = attestation.parent / Path(str(signature.get("uri"))).name
-        if bundle.is_file() and file_sha256(bundle) != att.digest(MODEL_SIGNATURE):
+        if not bundle.is_file():
+            reasons.append(f"the attestation names a model signature, {bundle}, that is not beside it: the release "
+                           "would ship without the signature its users verify")
+        elif file_sha256(bundle) != att.digest(MODEL_SIGNATURE):
             reasons.append(f"{bundle} is not the model signature the attestation names (sha256 "
                            f"{att.digest(MODEL_SIGNATURE)}): it was replaced or altered after signing")
+        elif args.checkpoint is not None and not reasons:  # a file already refused by name needs no second word
+            try:
+                verify_model_signature(Path(args.checkpoint), bundle, Path(args.verify_key))
+            except AttestationError as exc:
+                reasons.append(str(exc))
     if reasons:
         return _refuse(reasons)
     what = [f"{len(att.subjects)} files in {args.checkpoint} are the ones signed"]

@@ -32,11 +32,13 @@ import base64
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qualify.checkpoint.files import is_never_loaded, list_checkpoint_files
 from qualify.errors import AttestationError, HarnessError, JsonProblem, SigningKeyError
 from qualify.util.atomic import atomic_write_text
 from qualify.util.jsonio import json_path, parse_strict
@@ -335,7 +337,11 @@ def sign_model(checkpoint: Path, key: SigningKey, out: Path) -> dict[str, Any]:
         from model_signing import hashing
 
         # A hub snapshot's files are symlinks into the cache's blobs; the bytes signed are the targets'.
-        config = signing.Config().set_hashing_config(hashing.Config().set_allow_symlinks(True))
+        # The files no runtime loads (the model card, images, licences) are left out, as the gate leaves
+        # them out: the card's validation section is written into README.md after qualification.
+        ignored = [rel for rel in list_checkpoint_files(checkpoint) if is_never_loaded(rel)]
+        config = signing.Config().set_hashing_config(
+            hashing.Config().set_allow_symlinks(True).set_ignored_paths(paths=ignored))
         tmp = out.with_name(f".{out.name}.tmp")
         config.use_elliptic_key_signer(private_key=key.path, password=key.password).sign(checkpoint, tmp)
         os.replace(tmp, out)
@@ -346,6 +352,39 @@ def sign_model(checkpoint: Path, key: SigningKey, out: Path) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise HarnessError(f"model-signing could not sign {checkpoint}: {type(exc).__name__}: {exc}") from None
     return {"file": out.name, "sha256": hashlib.sha256(data).hexdigest(), "root_digest": root}
+
+
+def verify_model_signature(checkpoint: Path, bundle: Path, public_key: Path) -> None:
+    """Verify an OpenSSF model-signing bundle against the checkpoint folder with the release key.
+
+    The attestation's subjects are the files the manifest lists; the model signature covers
+    every file of the folder, so a file added after signing (one the manifest need not list,
+    a README say) is caught here and nowhere else.
+
+    Raises:
+        AttestationError: the bundle is not signed by ``public_key`` or the folder's files are
+            not the ones it names (the files that differ are named).
+    """
+    try:
+        from model_signing import verifying
+    except ImportError as exc:
+        raise AttestationError(f"verifying {bundle} needs the model-signing package ({exc}); "
+                               "install qualify[sign]") from None
+    # Files the signature does not name are left to the attestation's subjects (a file a runtime loads
+    # that no one signed is refused there); the ones it names must be byte for byte the signed ones.
+    config = verifying.Config().use_elliptic_key_verifier(public_key=public_key).set_ignore_unsigned_files(True)
+    try:
+        config.verify(checkpoint, bundle)
+    except Exception as exc:  # model-signing raises ValueError, its protobuf and crypto layers their own
+        # Its mismatch message quotes raw digests; the files it names are what a reader acts on.
+        # (The list in its message is a repr: a quote inside may come escaped.)
+        changed = re.findall(r"Hash mismatch for \\?'([^'\\]*)\\?'", str(exc))
+        missing = re.findall(r"Missing files in model \\?'[^']*\\?': ([^\"'\]\\]*)", str(exc))
+        parts = ([f"changed after signing: {', '.join(changed)}"] if changed else []) + (
+            [f"missing: {', '.join(missing)}"] if missing else [])
+        detail = "; ".join(parts) if parts else f"{type(exc).__name__}: {exc}"
+        raise AttestationError(f"the model signature {bundle} does not verify against {checkpoint} with this key "
+                               f"({detail[:500]})") from None
 
 
 def write_attestation(report_dir: Path, key: SigningKey, *, checkpoint: Path | None = None,

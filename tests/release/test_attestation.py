@@ -789,3 +789,33 @@ def test_an_unproven_source_is_refused_and_a_trusted_one_unless_allowed():
         "the source identity was not verified: nothing shows the source folder was the pinned revision"]
     verified = minimal_report(source={"repo": "org/source", "revision": "b" * 40, "identity": _identity("verified")})
     assert policy(verified) == []
+
+
+@pytest.mark.slow
+def test_the_model_signature_is_verified_against_the_folder_with_the_release_key(signed_run, keys, release, gate,
+                                                                                  tmp_path):
+    bundle = signed_run / a.MODEL_SIGNATURE_NAME
+    a.verify_model_signature(release, bundle, keys["release"][1])
+    # The model card is written after qualification: README.md is not signed, and editing it is no mismatch.
+    (release / "README.md").write_text("## Validation status\n\nStatus: qualified ...\n")
+    a.verify_model_signature(release, bundle, keys["release"][1])
+    with pytest.raises(AttestationError, match=r"does not verify against .* with this key"):
+        a.verify_model_signature(release, bundle, keys["attacker"][1])
+    cfg = release / "config.json"
+    cfg.write_bytes(cfg.read_bytes() + b" ")
+    with pytest.raises(AttestationError) as exc:
+        a.verify_model_signature(release, bundle, keys["release"][1])
+    assert str(exc.value).endswith("with this key (changed after signing: config.json)")
+    (release / "hf_quant_config.json").unlink()
+    with pytest.raises(AttestationError, match=r"does not verify .*hf_quant_config\.json"):
+        a.verify_model_signature(release, bundle, keys["release"][1])
+    # The attestation names a model signature: shipping without it is refused.
+    bare = tmp_path / "no-sig"
+    shutil.copytree(signed_run, bare)
+    (bare / a.MODEL_SIGNATURE_NAME).unlink()
+    shutil.rmtree(release)
+    shutil.copytree(FIXTURE / "mxfp8", release)
+    code, out, _ = gate(*gate_args(bare, keys["release"][1], release))
+    assert code == 1
+    assert out.splitlines() == [f"refused: the attestation names a model signature, {bare / a.MODEL_SIGNATURE_NAME}, "
+                                "that is not beside it: the release would ship without the signature its users verify"]
