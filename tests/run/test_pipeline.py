@@ -243,3 +243,33 @@ def test_a_hub_fetched_source_is_proven_by_its_snapshot_and_the_hub(tmp_path: Pa
         assert check.status is Status.FAILED
         assert any(f.file == "model.safetensors" and "not the file it names" in f.message
                    for f in check.evidence.findings), check.evidence.findings
+
+
+def test_a_profile_serving_from_its_runtime_starts_no_local_server_and_fails_with_the_runtimes_reason(
+        tmp_path: Path) -> None:
+    """fixture-dflash-cpu: the serving levels talk to the runtime container; one that cannot start fails them."""
+    cpu = REPO / "fixtures" / "dflash-cpu"
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\n")
+    reports = tmp_path / "reports"
+    # An image digest that is not the local image's: the container is refused before anything starts.
+    proc = subprocess.run([sys.executable, "-m", "qualify.cli", "run", "--profile", "fixture-dflash-cpu",
+                           "--report-dir", str(reports), "--checkpoint", str(cpu / "mxfp8"), "--source",
+                           str(cpu / "source"), "--levels", "smoke,paired", "--image-digest", "sha256:" + "0" * 64],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "QUALIFY_VLLM_VENV": str(venv)})
+    assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
+    (path,) = reports.glob("*/report.json")
+    run = read_json(path)
+    assert proc.returncode == 1 and run.verdict is Verdict.NOT_QUALIFIED
+    first, *rest = run.level("smoke").checks
+    assert first.status is Status.FAILED and first.message == "the runtime did not start"
+    assert first.evidence is not None and "not started: load.image_pinned failed" in first.evidence.failure_text()
+    assert rest and all(c.status is Status.NOT_RUN and f"(see {first.id})" in c.message for c in rest)
+    assert run.level("paired").status is Status.NOT_RUN
+    assert run.level("paired").reason.startswith("not run: level smoke failed")
+    # No local vLLM server was started in its stead; the runtime's record names the launch that was refused.
+    assert "local_server" not in run.environment and not list(path.parent.glob("vllm-*.log"))
+    assert run.environment["runtime"]["plan"]["env"]["PER_REQUEST_SPEC_DECODE_METRICS"] == "summary"
+    assert run.environment["runtime"]["companions"] == {}

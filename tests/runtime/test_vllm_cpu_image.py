@@ -67,3 +67,36 @@ def test_the_image_digest_covers_the_launcher_the_plugin_and_the_packages(tmp_pa
     deb.write_bytes(b"two")
     assert vllm_cpu_image.source_digest("sha256:base", [deb]) != before
     assert vllm_cpu_image.source_digest("sha256:other", [deb]) != vllm_cpu_image.source_digest("sha256:base", [deb])
+
+
+def _snapshot(tmp_path: Path, repo: str, revision: str) -> None:
+    folder = tmp_path / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / revision
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+
+
+def _argv(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The vLLM command line the launcher printed before handing over (no vLLM venv here: the exec fails)."""
+    line = next(x for x in done.stdout.splitlines() if x.startswith("qualify-vllm-cpu launcher: $ "))
+    return line.removeprefix("qualify-vllm-cpu launcher: $ ").split(" ")
+
+
+def test_launcher_serves_the_target_alone_without_a_draft(tmp_path: Path) -> None:
+    _snapshot(tmp_path, "org/target", "a" * 40)
+    env = {k: v for k, v in CONTRACT.items() if k not in ("DFLASH_MODEL", "NUM_SPECULATIVE_TOKENS")}
+    env.update(SPECULATOR="none", MODEL_REVISION="a" * 40, PER_REQUEST_SPEC_DECODE_METRICS="summary")
+    done = _launch(tmp_path, **env)
+    assert "no speculator (SPECULATOR=none)" in done.stdout
+    argv = _argv(done)
+    assert "--speculative-config" not in argv and "--per-request-spec-decode-metrics" not in argv
+    assert argv[argv.index("--model") + 1].endswith("snapshots/" + "a" * 40)
+
+
+def test_launcher_passes_the_per_request_metrics_flag_to_a_speculating_server(tmp_path: Path) -> None:
+    _snapshot(tmp_path, "org/target", "a" * 40)
+    _snapshot(tmp_path, "org/draft", "b" * 40)
+    base = {**CONTRACT, "MODEL_REVISION": "a" * 40, "DFLASH_MODEL_REVISION": "b" * 40}
+    argv = _argv(_launch(tmp_path, **base, PER_REQUEST_SPEC_DECODE_METRICS="summary"))
+    assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "summary"
+    assert '"method":' in " ".join(argv) and argv.count("--speculative-config") == 1
+    assert "--per-request-spec-decode-metrics" not in _argv(_launch(tmp_path, **base))

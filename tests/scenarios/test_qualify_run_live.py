@@ -1,10 +1,13 @@
-"""``make qualify`` as a user runs it: ``qualify run --profile fixture``, every level for real.
+"""``qualify run`` as a user runs it, every level for real, on both fixture profiles.
 
-The checkpoint levels on the shipped fixture, the load level in the stand-in container
-(built by the run if missing), the serving levels against the local vLLM CPU servers of
-the profile's ``[local_server]``; then the release gate and the card on the report it
-wrote. Without Docker or the vLLM venv this FAILS with the setup hint: a release gate's
-own end-to-end test must not pass by skipping its runtimes.
+``fixture``: the checkpoint levels on the shipped DFlash 2 fixture, the load level in the
+stand-in container (built by the run if missing), the serving levels against the local vLLM
+CPU servers of the profile's ``[local_server]``; then the release gate and the card on the
+report it wrote. ``fixture-dflash-cpu`` (``make qualify``): the serving levels talk to the
+real vLLM CPU container the load level launched, beside a reference and a source draft's
+container of the same image; a damaged checkpoint fails acceptance there. Without Docker or
+the vLLM venv this FAILS with the setup hint: a release gate's own end-to-end test must not
+pass by skipping its runtimes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,3 +111,87 @@ def test_the_card_claims_exactly_the_qualified_levels(full_run) -> None:
     status = next(line for line in proc.stdout.splitlines() if line.startswith("Status:"))
     assert "draft acceptance" in status and "lossless speculative decoding" in status
     assert "throughput" not in status
+
+
+# -- make qualify's own profile: the serving levels talk to the load level's container ----------------------
+
+CPU_FIXTURE = REPO / "fixtures" / "dflash-cpu"
+#: The checks whose evidence names the server they talked to.
+SERVED_CHECKS = ("smoke.models_listed", "acceptance.draft_acceptance", "paired.non_inferiority",
+                 "losslessness.greedy_identical", "speedup.speculative_speedup", "throughput.serving_throughput")
+
+
+def _check(run: Run, check_id: str) -> Any:
+    level = check_id.split(".")[0]
+    return next(c for c in run.level(level).checks if c.id == check_id)
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
+    from fixtures.serving import build
+
+    build()  # the target the vLLM CPU image mounts (reused when already built)
+    reports = tmp_path_factory.mktemp("cpu-reports")
+    proc = qualify("run", "--profile", "fixture-dflash-cpu", "--checkpoint", str(CPU_FIXTURE / "mxfp8"), "--source",
+                   str(CPU_FIXTURE / "source"), "--report-dir", str(reports))
+    assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
+    (path,) = reports.glob("*/report.json")
+    return proc, read_json(path), path
+
+
+def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(cpu_run) -> None:
+    proc, run, path = cpu_run
+    assert run.verdict is Verdict.QUALIFIED and proc.returncode == 0, proc.stdout[-4000:]
+    started = _check(run, "load.container_started").evidence
+    assert started is not None
+    container = started.measured["container"]
+    for check_id in SERVED_CHECKS:
+        evidence = _check(run, check_id).evidence
+        assert evidence is not None, check_id
+        served = evidence.measured["server"]["runtime"]
+        assert (served["container"], served["container_id"]) == (container["name"], container["id"]), check_id
+        assert served["image_id"] == container["image"] == run.environment["runtime_image_build"]["image_id"]
+        # The folder the container mounts is the checkpoint under test, at its content revision.
+        assert served["checkpoint"]["revision"] == run.checkpoint["revision"], check_id
+        assert served["checkpoint"]["content_revision"] == run.checkpoint["revision"], check_id
+        assert served["checkpoint"]["mounted_from"] == str((CPU_FIXTURE / "mxfp8").resolve()), check_id
+    # The reference and the source draft ran beside it, from the same image; no local vLLM process served.
+    serving = run.environment["local_server"]
+    assert serving["kind"] == "runtime" and serving["error"] is None
+    assert set(serving["servers"]) == {"speculative", "reference", "source"}
+    assert serving["servers"]["speculative"]["container"] == container["name"]
+    assert {s["image_id"] for s in serving["servers"].values()} == {container["image"]}
+    assert all(s["plugin_active"] for s in serving["servers"].values())
+    assert not list(path.parent.glob("vllm-*.log"))
+    # Both paired arms ran identical engine settings but for the draft (vLLM's own logged configuration).
+    engine = _check(run, "paired.non_inferiority").evidence.measured["engine_settings"]  # type: ignore[union-attr]
+    assert engine["verified"] is True and engine["differing_keys"] == [] and engine["findings"] == []
+    assert "per_request_spec_decode_metrics='summary'" in engine["engine_configs"]["checkpoint"]["observability_config"]
+    # Every container of the run is gone.
+    assert run.environment["runtime"]["teardown"]["left"] == []
+    assert len(run.environment["runtime"]["teardown"]["removed"]) == 3
+    md = (path.parent / "report.md").read_text()
+    assert f"in container `{container['name']}`" in md
+
+
+def test_a_damaged_checkpoint_fails_acceptance_on_the_load_levels_container(tmp_path: Path) -> None:
+    """Scrambled rows (values and statistics unchanged) load, serve and draft, and fail acceptance there."""
+    from fixtures.dflash_cpu import build_variants
+    from fixtures.serving import build
+
+    build()
+    scrambled = build_variants(CPU_FIXTURE / "source")["scrambled"]
+    reports = tmp_path / "reports"
+    proc = qualify("run", "--profile", "fixture-dflash-cpu", "--checkpoint", str(scrambled), "--source",
+                   str(CPU_FIXTURE / "source"), "--levels", "load,smoke,acceptance", "--report-dir", str(reports))
+    assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
+    (path,) = reports.glob("*/report.json")
+    run = read_json(path)
+    assert run.level("load").status is Status.PASSED and run.level("smoke").status is Status.PASSED, proc.stdout
+    assert run.level("acceptance").status is Status.FAILED and run.verdict is Verdict.NOT_QUALIFIED
+    evidence = _check(run, "acceptance.draft_acceptance").evidence
+    container = _check(run, "load.container_started").evidence.measured["container"]  # type: ignore[union-attr]
+    assert evidence is not None and evidence.measured["server"]["runtime"]["container_id"] == container["id"]
+    assert evidence.measured["server"]["runtime"]["checkpoint"]["mounted_from"] == str(scrambled.resolve())
+    # No reference or source server for a run without the levels that need them.
+    assert run.environment["runtime"]["companions"] == {}

@@ -1,0 +1,108 @@
+"""The load level's runtime's companion servers: the same image, launcher and settings, another draft.
+
+The serving levels talk to the container the load level launched, so what they qualify is
+what that runtime loaded. Two comparisons need a second server, and each is derived from
+that container's launch plan, so it differs from it only where it must (pure, no I/O):
+
+- ``reference``: the target alone (the launcher's ``SPECULATOR=none``), the losslessness
+  reference and the speedup's baseline;
+- ``source``: the source draft the checkpoint was converted from, mounted where the
+  launcher finds ``DFLASH_MODEL`` at ``DFLASH_MODEL_REVISION`` instead of the checkpoint,
+  the paired level's other arm (every other variable is the checkpoint's container's).
+
+Each has a port of its own (host network) and the run's labels, so the run's teardown
+removes it with the load level's container.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from qualify.errors import UsageError
+from qualify.runtime.plan import HF_CACHE_TARGET, LaunchPlan, Mount
+
+REFERENCE = "reference"
+SOURCE = "source"
+ROLES = (REFERENCE, SOURCE)
+#: The launcher's value of SPECULATOR for a server without a speculator (runtimes/vllm-cpu/launch.py).
+NO_SPECULATOR = "none"
+#: vLLM CPU's core binding of an engine's OpenMP threads; unset, every engine binds the same cores.
+CORE_BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
+#: Variables that only concern a speculator, dropped from the reference's environment.
+_DRAFT_VARS = ("DFLASH_MODEL", "DFLASH_MODEL_REVISION", "NUM_SPECULATIVE_TOKENS", "DFLASH_KV_CACHE_DTYPE",
+               "DFLASH_ATTENTION_BACKEND", "PER_REQUEST_SPEC_DECODE_METRICS")
+
+
+@dataclass(frozen=True)
+class SourceDraft:
+    """The source draft's folder and where the launcher finds it: ``repo`` at ``revision`` in the hub cache."""
+
+    path: Path
+    repo: str
+    revision: str
+
+
+def hub_snapshot(repo: str, revision: str) -> str:
+    """Where the runtime's hub cache keeps ``repo`` at ``revision``."""
+    return f"{HF_CACHE_TARGET}/models--{repo.replace('/', '--')}/snapshots/{revision}"
+
+
+def _checkpoint_mount(plan: LaunchPlan) -> str | None:
+    env = plan.env_dict
+    if not env.get("DFLASH_MODEL") or not plan.draft_revision:
+        return None
+    return hub_snapshot(env["DFLASH_MODEL"], plan.draft_revision)
+
+
+def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraft | None = None) -> LaunchPlan:
+    """The launch plan of ``role``'s server, derived from the load level's ``plan``.
+
+    Args:
+        plan: the load level's launch plan (the checkpoint's container).
+        role: ``reference`` or ``source``.
+        port: the companion's own port (all share the host's network).
+        source: the source draft to mount, for ``source``.
+
+    Raises:
+        UsageError: an unknown role, or ``source`` without a source draft.
+    """
+    if role not in ROLES:
+        raise UsageError(f"unknown companion server {role!r} (known: {', '.join(ROLES)})")
+    env = dict(plan.env)
+    env["PORT"] = str(port)
+    checkpoint_at = _checkpoint_mount(plan)
+    mounts = [m for m in plan.mounts if m.target != checkpoint_at]
+    if role == REFERENCE:
+        env = {k: v for k, v in env.items() if k not in _DRAFT_VARS}
+        env["SPECULATOR"] = NO_SPECULATOR
+        draft_revision = plan.draft_revision
+    else:
+        if source is None:
+            raise UsageError("the source draft's server needs the source draft's folder (--source)")
+        env["DFLASH_MODEL"], env["DFLASH_MODEL_REVISION"] = source.repo, source.revision
+        mounts.append(Mount(str(Path(source.path).resolve()), hub_snapshot(source.repo, source.revision)))
+        draft_revision = source.revision
+    scheme, _, rest = plan.endpoint.partition("://")
+    path = rest.partition("/")[2]
+    endpoint = f"{scheme}://{plan.host}:{port}/{path}"
+    return dataclasses.replace(plan, name=f"{plan.name}-{role}"[:128], env=tuple(env.items()), endpoint=endpoint,
+                               port=port, mounts=tuple(mounts), draft_revision=draft_revision)
+
+
+def bind_core(plan: LaunchPlan, core: int) -> LaunchPlan:
+    """``plan`` with its engine's threads bound to ``core`` (engines of one run spread over the cores)."""
+    env = dict(plan.env)
+    env[CORE_BIND_VAR] = str(core)
+    return dataclasses.replace(plan, env=tuple(env.items()))
+
+
+def core_of(index: int, cores: Sequence[int]) -> int | None:
+    """The core of the ``index``-th engine of a run (round robin over ``cores``; None when none is known)."""
+    return cores[index % len(cores)] if cores else None
+
+
+__all__ = ["CORE_BIND_VAR", "NO_SPECULATOR", "REFERENCE", "ROLES", "SOURCE", "SourceDraft", "bind_core",
+           "companion_plan", "core_of", "hub_snapshot"]
