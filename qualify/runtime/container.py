@@ -249,10 +249,15 @@ class RuntimeContainer:
             "labels": config.get("Labels") or {},
         }
 
-    def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.25) -> Readiness:
-        """Poll /health then /v1/models until the served name is listed; fail at once if the container stops."""
+    def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.25, *, quiet: bool = False) -> Readiness:
+        """Poll /health then /v1/models until the served name is listed; fail at once if the container stops.
+
+        ``quiet`` shows no progress (a wait in the background, beside one that does).
+        """
         assert self.started_at is not None, "start() first"
         timeout = self.plan.startup_timeout_s if timeout_s is None else timeout_s
+        if quiet:
+            return self._poll_ready(timeout, poll_s, lambda _state: None)
         with WaitProgress(f"the runtime container {self.plan.name}", timeout) as progress:
             return self._poll_ready(timeout, poll_s, progress.tick)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from qualify.runtime import plan as plans
 from qualify.runtime.gpu import GpuInventory, check_gpus, query_gpus
 from qualify.runtime.log_evidence import check_log_evidence
 from qualify.util.ports import free_port
+from qualify.util.progress import WaitProgress
 
 SERVER_LOG = "server.log"
 
@@ -108,6 +110,8 @@ class RuntimeSession:
         self.companions: dict[str, c.RuntimeContainer] = {}
         self.companion_errors: dict[str, str] = {}
         self._companion_ready: dict[str, str] = {}
+        self._companion_waits: dict[str, threading.Thread] = {}
+        self._companion_failures: dict[str, errors.RuntimeFailure] = {}
         self._client_factory = client_factory
         self._gpu_query = gpu_query
         self._client: Any = None
@@ -203,6 +207,20 @@ class RuntimeSession:
                 runtime.start()
             except errors.RuntimeFailure as exc:
                 self.companion_errors[role] = str(exc)
+                continue
+            # Waited for in the background, so its readiness time is when it served, not when a check asked.
+            waiter = threading.Thread(target=self._await_companion, args=(role, runtime), daemon=True,
+                                      name=f"qualify-{role}-ready")
+            self._companion_waits[role] = waiter
+            waiter.start()
+
+    def _await_companion(self, role: str, runtime: c.RuntimeContainer) -> None:
+        try:
+            runtime.wait_ready(poll_s=1.0, quiet=True)
+        except errors.RuntimeFailure as exc:
+            self._companion_failures[role] = exc
+        except Exception as exc:  # the engine's client failing under the wait: the companion is not usable
+            self._companion_failures[role] = errors.RuntimeFailure(f"waiting for {runtime.plan.name} failed: {exc}")
 
     def companion_endpoint(self, role: str) -> str:
         """The endpoint of ``role``'s server once it serves (waits for it).
@@ -220,13 +238,20 @@ class RuntimeSession:
             why = ("this run asked for none" if role not in self.companion_roles
                    else f"the load level's container {self.plan.name} was not started")
             raise errors.RuntimeNotStarted(f"no {role} server: {why}")
-        try:
-            runtime.wait_ready()
-        except errors.RuntimeFailure as exc:
+        waiter = self._companion_waits.get(role)
+        if waiter is not None:
+            with WaitProgress(f"the {role} server {runtime.plan.name}", runtime.plan.startup_timeout_s) as progress:
+                while waiter.is_alive():
+                    waiter.join(timeout=1.0)
+                    progress.tick("starting")
+        exc = self._companion_failures.get(role)
+        if exc is not None:
             said = c.runtime_error_line(exc.log_tail) if exc.log_tail else None
             self.companion_errors[role] = f"{exc}; the runtime's last error: {said}" if said else str(exc)
             raise errors.RuntimeNotStarted(f"the {role} server did not start: {self.companion_errors[role]}",
                                            log_tail=exc.log_tail) from None
+        if runtime.readiness is None:  # never waited for: nothing says it serves
+            raise errors.RuntimeNotStarted(f"the {role} server {runtime.plan.name} was not seen ready")
         if self.profile.image_build == "vllm-cpu":
             from qualify.runtime import vllm_cpu_plugin
 

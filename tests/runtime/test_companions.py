@@ -117,6 +117,7 @@ def test_companions_start_with_the_runtime_and_leave_with_it(docker_client: Any,
         names = {session.plan.name, f"{session.plan.name}-source", f"{session.plan.name}-reference"}
         assert set(docker_ps(f"{labels.LABEL_RUN}={run_id}")) == names
         endpoint = session.companion_endpoint(comp.SOURCE)
+        assert session.companions[comp.SOURCE].readiness is not None  # waited for in the background
         assert endpoint != session.plan.endpoint and session.companion_endpoint(comp.SOURCE) == endpoint
         log = session.server_logs()[comp.SOURCE]()
         assert f"Loading DFlash draft org/source at revision {source.revision}" in log

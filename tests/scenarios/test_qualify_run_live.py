@@ -180,7 +180,7 @@ def test_a_damaged_checkpoint_fails_acceptance_on_the_load_levels_container(tmp_
     from fixtures.serving import build
 
     build()
-    scrambled = build_variants(CPU_FIXTURE / "source")["scrambled"]
+    scrambled = build_variants()["scrambled"] / "mxfp8"  # converted by the reference converter, with its manifest
     reports = tmp_path / "reports"
     proc = qualify("run", "--profile", "fixture-dflash-cpu", "--checkpoint", str(scrambled), "--source",
                    str(CPU_FIXTURE / "source"), "--levels", "load,smoke,acceptance", "--report-dir", str(reports))
