@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -148,8 +149,12 @@ def test_register_is_idempotent_and_logs_what_it_changed(applied: tuple[dict[str
 
 @pytest.fixture(scope="module")
 def refusals() -> dict[str, str | None]:
-    # One interpreter per case: each breaks vLLM differently.
-    return {name: _probe(REFUSE.format(setup=setup))[0]["error"] for name, (setup, _) in REFUSALS.items()}
+    # One interpreter per case: each breaks vLLM differently. They share nothing, so they run one per core
+    # (each is mostly the single-threaded import of vLLM).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    with ThreadPoolExecutor(max(1, cores)) as ex:
+        futures = {name: ex.submit(_probe, REFUSE.format(setup=setup)) for name, (setup, _) in REFUSALS.items()}
+        return {name: f.result()[0]["error"] for name, f in futures.items()}
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
