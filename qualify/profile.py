@@ -308,6 +308,12 @@ class Profile:
         return tuple(self.data["levels"].get("measured", ()))
 
     @cached_property
+    def stand_in_levels(self) -> tuple[str, ...]:
+        """Levels this profile runs on a stand-in (never required: :func:`stand_in_levels`), in run order."""
+        found = stand_in_levels(self.data)
+        return tuple(name for name in LEVELS if name in found)
+
+    @cached_property
     def run_levels(self) -> tuple[str, ...]:
         """What ``qualify run`` performs by default: the required levels and the measured ones, in run order."""
         wanted = set(self.required_levels) | set(self.measured_levels)
@@ -503,6 +509,8 @@ class Profile:
             "cuda_graph_mode": self.launch_env().get("CUDAGRAPH_MODE"),
             "serving_cuda_graph_mode": runtime["env"].get("CUDAGRAPH_MODE"),
             "not_qualified": list(d["levels"].get("not_qualified", [])),
+            # Levels run on a stand-in: recorded as plumbing, never qualification (see stand_in_levels).
+            "stand_in_levels": list(self.stand_in_levels),
         }
 
     def launch_env(self, *, draft_revision: str | None = None) -> dict[str, str]:
@@ -720,6 +728,31 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
     for level in ("load", "smoke"):
         if level in required and not any(e["level"] == level for e in data.get("evidence", [])):
             out.append(f"$.evidence: level {level!r} is required but no evidence item has level {level!r}")
+    for level, why in stand_in_levels(data).items():
+        if level in required:
+            out.append(f"$.levels.required: {level} runs on {why}: it shows the harness's plumbing, never that a "
+                       "runtime loads or serves the checkpoint, so it cannot qualify; list it under measured")
+    return out
+
+
+#: The levels a local vLLM server answers (smoke on), which serve [local_server]'s draft.
+_LOCAL_SERVER_LEVELS = ("smoke", "acceptance", "paired", "losslessness", "throughput", "speedup")
+
+
+def stand_in_levels(data: dict[str, Any]) -> dict[str, str]:
+    """The levels a profile runs on a stand-in rather than on a runtime given the checkpoint, and on what.
+
+    The stand-in image (``$.runtime.build = "standin"``) prints load evidence from a description of
+    the mounted folder; a ``[local_server]`` whose draft is another model than the checkpoint serves
+    that model. Neither shows anything about the checkpoint, so neither may qualify a level.
+    """
+    out: dict[str, str] = {}
+    if (data.get("runtime") or {}).get("build") == "standin":
+        out["load"] = "the stand-in image ($.runtime.build = \"standin\"), whose entrypoint prints load evidence"
+    local = data.get("local_server")
+    if isinstance(local, dict) and not local.get("serve_checkpoint", False):
+        for level in _LOCAL_SERVER_LEVELS:
+            out[level] = "[local_server]'s draft, which is not the checkpoint ($.local_server.serve_checkpoint unset)"
     return out
 
 

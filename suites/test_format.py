@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from qualify.checks import draft_model
 from qualify.checks import format as f
 
 pytestmark = pytest.mark.format
@@ -45,6 +46,12 @@ def test_linear_coverage(checkpoint, profile, quant_config, record):
 def test_model_config(checkpoint, model_config, record):
     """config.json's architecture agrees with the tensor shapes."""
     record(f.check_model_config(checkpoint, model_config))
+
+
+def test_draft_model(checkpoint, model_config, record):
+    """The runtime's draft model class finds every config key it reads, its shapes, and unquantized what it
+    builds unquantized."""
+    record(draft_model.check_draft_model(checkpoint, model_config))
 
 
 def test_declared_format(manifest, profile, record):

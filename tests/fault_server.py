@@ -275,7 +275,8 @@ def serving_profile(path: Path, *, request_timeout_s: float = 5.0, smoke_timeout
     The copy names the prompt set by absolute path (the shipped one is relative to the profile's
     folder), bounds every request by ``request_timeout_s`` (``[acceptance]``) and ``smoke_timeout_s``
     (``[smoke]``), has no ``[local_server]`` (the server is the test's), requires the checkpoint
-    levels only (so the serving levels given with ``--levels`` run without a launched runtime),
+    levels only and measures only throughput and speedup (so the serving levels given with ``--levels``
+    run without a launched runtime and count for the verdict),
     and optionally serves at ``endpoint`` (its port is the launch env's ``PORT``).
     """
     text = (REPO / "qualify" / "profiles" / "fixture.toml").read_text()
@@ -284,6 +285,9 @@ def serving_profile(path: Path, *, request_timeout_s: float = 5.0, smoke_timeout
     text = re.sub(r"(?m)^request_timeout_s = .*$", f"request_timeout_s = {request_timeout_s}", text)
     text = re.sub(r"(?ms)^\[local_server\]\n.*?(?=^\[)", "", text)
     text = re.sub(r"(?m)^required = \[.*\]$", 'required = ["structure", "format", "reproduction"]', text)
+    # Only throughput and speedup are measured: a serving level asked with --levels counts for the verdict,
+    # answered by the test's own server (no [local_server] here, so it is no stand-in of the profile's).
+    text = re.sub(r"(?m)^measured = \[.*\]$", 'measured = ["throughput", "speedup"]', text)
     if smoke_timeout_s is not None:
         text = text.replace("[smoke]\n", f"[smoke]\nrequest_timeout_s = {smoke_timeout_s}\n", 1)
     if endpoint is not None:

@@ -180,7 +180,9 @@ def test_format_spec_is_the_seed_format(seed_profile: Profile) -> None:
         kv_cache_quant_algo=None,
     )
     assert seed_profile.format == expected
-    assert load_profile("fixture").format == expected
+    # The DFlash 2 fixture adds the module vLLM's DFlash 2 class builds unquantized; the card names lm_head only.
+    assert load_profile("fixture").format == dataclasses.replace(
+        expected, excluded_modules=("lm_head", "candidate_selector.hidden_projection"))
     fmt = seed_profile.data["format"]
     assert fmt["element_torch_dtype"] == "float8_e4m3fn"
     assert fmt["scale_torch_dtype"] == "uint8"
@@ -242,6 +244,7 @@ def test_seed_profile_hard_values(seed_profile: Profile) -> None:
         "cuda_graph_mode": "NONE",
         "serving_cuda_graph_mode": "FULL",
         "not_qualified": ["runtime throughput", "CUDA graph performance"],
+        "stand_in_levels": [],
     }
 
 
@@ -422,7 +425,7 @@ def test_wrong_type(tmp_path: Path, fixture_text: str) -> None:
 
 def test_revision_that_is_a_branch_name(tmp_path: Path, fixture_text: str) -> None:
     path = write_variant(
-        tmp_path, fixture_text, '\nrevision = "d9d86f1821eb6402dd4e82b4f14aba7141275e48"', '\nrevision = "main"'
+        tmp_path, fixture_text, '\nrevision = "f0848a23e67798281e49f39c6ad3b7a2824d1363"', '\nrevision = "main"'
     )
     message = profile_error(path)
     assert "$.source.revision: 'main' does not match" in message
@@ -439,10 +442,36 @@ def test_unknown_level_name(tmp_path: Path, fixture_text: str) -> None:
     path = write_variant(
         tmp_path,
         fixture_text,
-        'required = ["structure", "format", "reproduction", "load", "smoke", "acceptance", "paired", "losslessness"]',
+        'required = ["structure", "format", "reproduction"]',
         'required = ["structure", "fromat"]',
     )
     assert "$.levels.required[1]: 'fromat' is not one of" in profile_error(path)
+
+
+def test_the_fixture_profile_requires_only_what_no_stand_in_shows() -> None:
+    fixture = load_profile("fixture")
+    assert fixture.required_levels == ("structure", "format", "reproduction")
+    assert fixture.stand_in_levels == ("load", "smoke", "acceptance", "paired", "losslessness", "throughput", "speedup")
+    assert set(fixture.measured_levels) == set(fixture.stand_in_levels)
+    assert fixture.conditions()["stand_in_levels"] == list(fixture.stand_in_levels)
+    # The real runtimes: the pinned image, and the vLLM CPU image serving the checkpoint itself.
+    assert load_profile("glm53-flash-dflash2-mxfp8-tp4").stand_in_levels == ()
+    assert load_profile("fixture-dflash-cpu").stand_in_levels == ()
+
+
+@pytest.mark.parametrize(("levels", "named"), [
+    ('required = ["structure", "format", "reproduction", "load"]\nmeasured = ["smoke"]',
+     "load runs on the stand-in image"),
+    ('required = ["structure", "format", "reproduction", "paired"]\nmeasured = ["load"]',
+     "paired runs on [local_server]'s draft, which is not the checkpoint"),
+])
+def test_a_level_run_on_a_stand_in_cannot_be_required(tmp_path: Path, fixture_text: str, levels: str,
+                                                       named: str) -> None:
+    block = ('required = ["structure", "format", "reproduction"]\nmeasured = ["load", "smoke", "acceptance", '
+             '"paired", "losslessness", "throughput", "speedup"]')
+    assert block in fixture_text
+    message = profile_error(write_variant(tmp_path, fixture_text, block, levels))
+    assert f"$.levels.required: {named}" in message and "cannot qualify; list it under measured" in message
 
 
 def test_format_version_2(tmp_path: Path, fixture_text: str) -> None:

@@ -31,6 +31,7 @@ from qualify.checkpoint.manifest import (
 from qualify.checkpoint.quant_config import HF_QUANT_CONFIG, MODEL_CONFIG, is_excluded, module_of
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checkpoint.safetensors_writer import PlannedTensor, write_safetensors
+from qualify.checks.draft_model import unquantized_modules_for
 from qualify.checks.format import LINEAR_PATTERNS
 from qualify.errors import QuantizationError, UsageError
 from qualify.mxfp8 import codec as mxfp8
@@ -85,7 +86,7 @@ def convert(
     """Quantize ``source_dir`` into ``output_dir``; returns the manifest written there."""
     source_dir, output_dir = Path(source_dir), Path(output_dir)
     rec = mxfp8.parse_recipe(recipe)
-    exclude = tuple(exclude)
+    exclude = _with_runtime_exclusions(source_dir, tuple(exclude))
     _check_separate(source_dir, output_dir)
     if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
         raise UsageError(f"{output_dir}: exists and is not empty; refusing to overwrite it")
@@ -101,6 +102,20 @@ def convert(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _with_runtime_exclusions(source_dir: Path, exclude: tuple[str, ...]) -> tuple[str, ...]:
+    """``exclude`` plus the modules the runtime builds unquantized for the source's architecture.
+
+    Quantizing one of those makes a checkpoint the runtime refuses (vLLM's DFlash 2 class
+    builds ``candidate_selector.hidden_projection`` with no quantization method), so the
+    conversion never does, whatever it was asked.
+    """
+    cfg_path = source_dir / MODEL_CONFIG
+    if not cfg_path.exists():
+        return exclude
+    cfg = load_json_file(cfg_path, error=UsageError, require_object=True)
+    return exclude + tuple(m for m in unquantized_modules_for(cfg) if m not in exclude)
 
 
 def _check_separate(source_dir: Path, output_dir: Path) -> None:

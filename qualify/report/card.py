@@ -115,9 +115,13 @@ def indefinite_article(n: int) -> str:
 
 
 def passed_check(run: Run, check_id: str) -> Check | None:
-    """The check with this id if it, and its level, passed; None otherwise (a failed level proves nothing)."""
+    """The check with this id if it, and its required level, passed; None otherwise.
+
+    A failed level proves nothing, and a level recorded as measured only (a stand-in's
+    plumbing, say) claims nothing.
+    """
     for lvl in run.levels:
-        if lvl.status is not Status.PASSED:
+        if lvl.status is not Status.PASSED or not lvl.required:
             continue
         for c in lvl.checks:
             if c.id == check_id and c.status is Status.PASSED and c.evidence is not None:
@@ -252,7 +256,29 @@ def runtime_conditions(conditions: dict[str, Any]) -> list[str]:
 
 
 def ran_runtime_levels(run: Run) -> bool:
-    return any(lvl.name in RUNTIME_LEVELS for lvl in run.levels)
+    """Whether the run's verdict speaks for a runtime: a runtime level it requires was recorded."""
+    return any(lvl.name in RUNTIME_LEVELS and lvl.required for lvl in run.levels)
+
+
+def stand_in_levels(run: Run) -> list[str]:
+    """The levels the run's profile ran on a stand-in (qualify.profile.stand_in_levels), as the report recorded."""
+    found = (run.profile.get("conditions") or {}).get("stand_in_levels")
+    return [str(x) for x in found] if isinstance(found, list) else []
+
+
+def stand_in_note(run: Run) -> str | None:
+    """Say which recorded levels ran on a stand-in: their results test the harness, never the checkpoint."""
+    ran = [lvl for lvl in run.levels if lvl.name in stand_in_levels(run) and lvl.checks]
+    if not ran:
+        return None
+    # The two kinds of stand-in qualify.profile.stand_in_levels knows: the stand-in image, a local server's draft.
+    parts = ["loading ran on the stand-in image, whose entrypoint prints load evidence"
+             for lvl in ran if lvl.name == "load"]
+    served = [lvl.title for lvl in ran if lvl.name != "load"]
+    if served:
+        parts.append(f"{join_words(served)} ran against local servers serving another draft than this checkpoint")
+    return (f"Stand-in plumbing, not qualification: {'; '.join(parts)}. These show that the harness's runtime and "
+            "serving paths work, not that a runtime loads or serves this checkpoint.")
 
 
 # -- status -----------------------------------------------------------------------------
@@ -300,9 +326,9 @@ def _not_passed_words(run: Run) -> list[str]:
 
 
 def passed_measured(run: Run, level: str) -> list[dict[str, Any]]:
-    """The measured values of the passed checks of ``level``, if the level itself passed; none otherwise."""
+    """The measured values of the passed checks of ``level``, if the level itself passed and is required."""
     for lvl in run.levels:
-        if lvl.name == level and lvl.status is Status.PASSED:
+        if lvl.name == level and lvl.status is Status.PASSED and lvl.required:
             return [c.evidence.measured for c in lvl.checks if c.status is Status.PASSED and c.evidence is not None]
     return []
 
@@ -461,7 +487,7 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     paragraph = []
     if facts:
         paragraph.append(f"The runtime {join_words(facts)}.")
-    for note in (reproducibility_note(run), exercised_note(run), source_identity_note(run)):
+    for note in (reproducibility_note(run), exercised_note(run), source_identity_note(run), stand_in_note(run)):
         if note:
             paragraph.append(note)
     nq = not_qualified_sentence(run, after_smoke=after_smoke)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from qualify.report.card import (
-    RUNTIME_LEVELS,
     checkpoint_conditions,
     exercised_note,
     join_words,
+    ran_runtime_levels,
     reproducibility_note,
     runtime_conditions,
     source_identity_note,
     source_lines,
+    stand_in_levels,
+    stand_in_note,
     status_head,
 )
 from qualify.report.model import LEVEL_TITLES, LEVELS, Check, LevelResult, Run, Status
@@ -35,7 +37,7 @@ _MARK = {
 
 def condition_lines(run: Run) -> list[str]:
     lines = checkpoint_conditions(run)
-    if any(lvl.name in RUNTIME_LEVELS for lvl in run.levels):
+    if ran_runtime_levels(run):
         lines += runtime_conditions(run.profile.get("conditions") or {})
     return lines
 
@@ -47,7 +49,7 @@ def validation_status(run: Run) -> str:
     not_passed = [f"{lvl.title} ({lvl.status})" for lvl in required if lvl.status is not Status.PASSED]
     out = [status_head(run, passed, not_passed)]
     out.extend(condition_lines(run))
-    for note in (reproducibility_note(run), source_identity_note(run), exercised_note(run)):
+    for note in (reproducibility_note(run), source_identity_note(run), exercised_note(run), stand_in_note(run)):
         if note:
             out += ["", note]
     ran = {lvl.name for lvl in run.levels}
@@ -55,7 +57,9 @@ def validation_status(run: Run) -> str:
     not_qualified = [str(x) for x in conditions.get("not_qualified") or []]
     # A measured level is in the report with its figures, but it qualifies nothing.
     measured = {lvl.name for lvl in run.levels if not lvl.required}
-    not_qualified += [LEVEL_TITLES[n] + (" (measured only)" if n in measured else "") for n in LEVELS
+    stand_in = set(stand_in_levels(run))
+    not_qualified += [LEVEL_TITLES[n] + (" (stand-in plumbing)" if n in measured and n in stand_in
+                                         else " (measured only)" if n in measured else "") for n in LEVELS
                       if (n not in ran or n in measured) and LEVEL_TITLES[n] not in not_qualified]
     if not_qualified:
         out.append("")
@@ -250,7 +254,8 @@ def render_markdown(run: Run) -> str:
     for lvl in run.levels:
         counts = {s: sum(1 for c in lvl.checks if c.status is s) for s in Status}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
-        out.append(f"| {escape_markdown(lvl.title)} | {'yes' if lvl.required else 'no (measured)'} | "
+        kind = "yes" if lvl.required else "no (stand-in)" if lvl.name in stand_in_levels(run) else "no (measured)"
+        out.append(f"| {escape_markdown(lvl.title)} | {kind} | "
                    f"{_MARK[lvl.status]} | {summary} |")
     out.append("")
     out += speedup_callout(run)
@@ -303,7 +308,9 @@ def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
     for lvl in run.levels:
         n = len(lvl.checks)
         lines.append(f"{lvl.name:<13} {lvl.status!s:<8} {n} check{'s' if n != 1 else ''}"
-                     + (f" ({lvl.reason})" if not lvl.checks and lvl.reason else ""))
+                     + (f" ({lvl.reason})" if not lvl.checks and lvl.reason else "")
+                     + (" (stand-in: plumbing, qualifies nothing)"
+                        if not lvl.required and lvl.name in stand_in_levels(run) else ""))
         for c in lvl.checks:
             if c.status in (Status.FAILED, Status.ERROR):
                 rule = c.evidence.summary if c.evidence and c.message == c.evidence.summary else None

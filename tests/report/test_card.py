@@ -163,6 +163,30 @@ def test_a_report_without_runtime_levels_claims_no_runtime_facts_or_conditions()
             "(identity verified by hub cache snapshot and hub)") in card
 
 
+def test_passed_levels_recorded_as_stand_in_plumbing_claim_nothing():
+    run = seed_run()
+    for lvl in run.levels:
+        lvl.required = lvl.name not in ("load", "smoke")
+    run.profile["conditions"]["stand_in_levels"] = ["load", "smoke"]
+    card = validation_status_section(run)
+    assert card.splitlines()[2] == ("Status: qualified for checkpoint structure and exact format reproduction under "
+                                    "the following conditions:")
+    for word in ("qualified for checkpoint structure, exact format reproduction, loading", "Runtime:", "Hardware:",
+                 "The runtime", "1.20 GB", "B12xMxfp8LinearKernel", "32-token", "unsupported in vLLM builds"):
+        assert word not in card, word
+    words = " ".join(card.split())
+    assert ("Stand-in plumbing, not qualification: loading ran on the stand-in image, whose entrypoint prints load "
+            "evidence; smoke inference ran against local servers serving another draft than this checkpoint.") in words
+    report = validation_status(run)
+    assert "Not qualified by this run:" in report and "loading (stand-in plumbing)" in report
+    assert "Runtime:" not in report and "1.20 GB" not in report
+    # Measured only without a stand-in (a throughput figure, say): no stand-in words.
+    for lvl in run.levels:
+        lvl.required = True
+    run.profile["conditions"]["stand_in_levels"] = []
+    assert "Stand-in" not in validation_status_section(run) and "stand-in" not in validation_status(run)
+
+
 def test_a_failed_load_level_proves_nothing_even_where_one_of_its_checks_passed():
     run = seed_run(status={"load.ready": Status.FAILED})
     card = validation_status_section(run)

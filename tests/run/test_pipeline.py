@@ -22,7 +22,7 @@ from qualify.run.runner import new_run
 from qualify.serving.local_servers import LocalServing
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
-FIXTURE_REVISION = "a87d26ec2712047be48240e04266dc295bbe3621"
+FIXTURE_REVISION = "d6a9475b7a3a24c86170d357bc89542a74b65da7"  # fixtures/dflash2-tiny/mxfp8 (folder_revision)
 
 
 def _opts(tmp_path: Path, **kw: object) -> RunOptions:
@@ -72,7 +72,8 @@ def test_an_unreachable_hub_is_a_written_not_qualified_report(tmp_path: Path, mo
 
 def test_measured_levels_are_recorded_but_never_required_or_qualified() -> None:
     profile = load_profile("fixture")
-    assert profile.measured_levels == ("throughput", "speedup")
+    assert profile.measured_levels == ("load", "smoke", "acceptance", "paired", "losslessness", "throughput",
+                                       "speedup")
     assert "throughput" in profile.run_levels and "throughput" not in profile.required_levels
     run = new_run(profile, None, None, ["structure", "throughput"])
     assert [(lv.name, lv.required) for lv in run.levels] == [("structure", True), ("throughput", False)]

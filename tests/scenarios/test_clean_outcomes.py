@@ -20,7 +20,7 @@ from qualify.run import pipeline
 from tests.helpers import FIXTURE, run_qualify
 
 TRACEBACK = "Traceback (most recent call last)"
-REV = "d9d86f1821eb6402dd4e82b4f14aba7141275e48"
+REV = "f0848a23e67798281e49f39c6ad3b7a2824d1363"
 
 
 def check_args(tmp_path: Path, *extra: str) -> list[str]:

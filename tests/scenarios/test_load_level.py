@@ -42,7 +42,11 @@ def test_the_load_level_passes_and_says_not_reproducible(tmp_path: Path, standin
     assert list(got) == ["gpu_preflight", "image_pinned", "revisions_pinned", "draft_identity", "container_started",
                          "ready", "load_evidence", "teardown"]
     assert {k: v["status"] for k, v in got.items()} == dict.fromkeys(got, "passed"), output
-    assert report["verdict"] == "qualified"
+    # The stand-in's load evidence is plumbing: the level is recorded, never required, and qualifies nothing.
+    (level,) = report["levels"]
+    assert level["required"] is False and report["profile"]["conditions"]["stand_in_levels"][0] == "load"
+    assert report["verdict"] == "not qualified" and report["qualified_levels"] == []
+    assert "loading (stand-in plumbing)" in (run_dir / "report.md").read_text()
     assert "not reproducible" in got["image_pinned"]["message"] and "not reproducible" in \
         got["revisions_pinned"]["message"]
     runtime = report["environment"]["runtime"]

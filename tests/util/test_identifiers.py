@@ -9,7 +9,7 @@ import pytest
 from qualify.schemas import load_schema
 from qualify.util.identifiers import COMMIT_RE, SHA256_RE, is_commit, is_image_digest, new_run_id
 
-COMMIT = "d9d86f1821eb6402dd4e82b4f14aba7141275e48"
+COMMIT = "f0848a23e67798281e49f39c6ad3b7a2824d1363"
 
 
 @pytest.mark.parametrize("text, ok", [
