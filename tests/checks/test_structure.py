@@ -7,6 +7,8 @@ import json
 import os
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from qualify.checkpoint import files
 from qualify.checkpoint import manifest as m
@@ -686,3 +688,33 @@ def test_check_source_pinned_repository(fixture_copy):
     assert not structure.check_source_pinned(upper, revision, repo).ok
     assert found(structure.check_source_pinned({"source": {"revision": revision}}, revision, repo)) == [
         (M, None, f"source repository is missing, not the repository the profile qualifies ({repo})")]
+
+
+@pytest.mark.parametrize("byte", [0x02, 0x80, 0xFF])
+def test_a_bool_tensor_with_a_byte_other_than_0_or_1_fails_naming_tensor_and_offset(tmp_path, byte):
+    root = tmp_path / "c"
+    root.mkdir()
+    save_file({"a.weight": torch.ones(4, dtype=torch.bfloat16), "mask": torch.tensor([True, False, True, True])},
+              str(root / "model.safetensors"))
+    with Checkpoint.open(root) as ckpt:
+        assert structure.check_container(ckpt).ok
+        start = ckpt.files["model.safetensors"].data_offset + ckpt.info("mask").start
+    raw = bytearray((root / "model.safetensors").read_bytes())
+    raw[start + 3] = byte
+    (root / "model.safetensors").write_bytes(bytes(raw))
+    with Checkpoint.open(root) as ckpt:
+        ev = structure.check_container(ckpt)
+    (finding,) = ev.findings
+    assert (finding.file, finding.tensor) == ("model.safetensors", "mask")
+    assert finding.message == (f"BOOL element 3 is byte 0x{byte:02x} (file offset {start + 3}); only 0 and 1 "
+                               "are valid")
+
+
+def test_a_checkpoint_without_tensors_fails_the_container_check(tmp_path):
+    root = tmp_path / "c"
+    root.mkdir()
+    save_file({}, str(root / "model.safetensors"))
+    with Checkpoint.open(root) as ckpt:
+        ev = structure.check_container(ckpt)
+    assert [f.message for f in ev.findings] == ["the checkpoint holds no tensors"]
+    assert ev.measured == {"files": ["model.safetensors"], "tensors": 0}

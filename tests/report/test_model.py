@@ -222,3 +222,40 @@ def test_measured_values_become_json_safe() -> None:
              "list": [True, None, "s", 7], "thing": Thing(), "nested": {"t": (1,)}}
     assert _jsonable(value) == {"1": [1.5, "nan", "inf", "-inf"], "path": "a/b.json", "tensor": 3,
                                 "list": [True, None, "s", 7], "thing": "a thing", "nested": {"t": [1]}}
+
+
+def test_a_repeated_level_or_check_is_refused_by_name_and_count(tmp_path):
+    run = make_run(LevelResult("structure", checks=[check(Status.PASSED)]),
+                   LevelResult("format", checks=[check(Status.PASSED, level="format")]))
+    r.write_json(run, tmp_path / "report.json")
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert r.Run.from_dict(json.loads(json.dumps(data))).verdict is run.verdict  # once each: read
+    twice = json.loads(json.dumps(data))
+    twice["levels"].append(json.loads(json.dumps(data["levels"][0])))
+    with pytest.raises(UsageError) as exc:
+        r.Run.from_dict(twice)
+    assert str(exc.value) == ("report t-1: level 'structure' (2 times), check 'structure.c' (2 times) appear more "
+                              "than once; a report holds each level and check once: it was altered or is corrupt")
+    # The same check id in two levels is a repeat too (no level repeated).
+    moved = json.loads(json.dumps(data))
+    moved["levels"][1]["checks"].append(json.loads(json.dumps(data["levels"][0]["checks"][0])))
+    with pytest.raises(UsageError, match=r"^report t-1: check 'structure.c' \(2 times\) appear more than once"):
+        r.Run.from_dict(moved)
+    thrice = json.loads(json.dumps(data))
+    thrice["levels"][1]["checks"] *= 3
+    with pytest.raises(UsageError, match=r"^report t-1: check 'format.c' \(3 times\) appear"):
+        r.Run.from_dict(thrice)
+
+
+@pytest.mark.parametrize(("raw", "written"), [
+    ("plain", "plain"),
+    ("caf\u00e9 \u2603", "caf\u00e9 \u2603"),  # valid Unicode is kept as it is
+    (os.fsdecode(b"bad-\xff-name.safetensors"), "bad-\\xff-name.safetensors"),  # a non-UTF-8 file name's byte
+    ("lone \ud800 surrogate", "lone \\ud800 surrogate"),  # a surrogate standing for no byte
+])
+def test_strings_that_are_not_valid_unicode_are_written_as_escapes(tmp_path, raw, written):
+    run = make_run(LevelResult("structure", checks=[check(Status.PASSED)]))
+    run.checkpoint = {raw: [raw, {"k": raw}], "n": 3}
+    r.write_json(run, tmp_path / "report.json")
+    back = r.read_json(tmp_path / "report.json")
+    assert back.checkpoint == {written: [written, {"k": written}], "n": 3}
