@@ -82,9 +82,21 @@ def runtime_draft_config(config: dict[str, Any]) -> dict[str, Any]:
     return dict(draft) if isinstance(draft, dict) else {}
 
 
+def model_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The model dimensions' config: a ``speculators`` config's ``transformer_layer_config``, as vLLM builds it."""
+    if str(config.get("speculators_model_type")) in SPECULATORS_ARCHITECTURES:
+        inner = config.get("transformer_layer_config")
+        return inner if isinstance(inner, dict) else {}
+    return config
+
+
 def _positive_int(value: Any) -> bool:
     # int() would truncate 16.5 or accept "16"; a JSON integer is what the key means.
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_zero(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value == 0
 
 
 def check_draft_model(ckpt: Checkpoint, config: dict[str, Any]) -> Evidence:
@@ -120,19 +132,26 @@ def check_draft_model(ckpt: Checkpoint, config: dict[str, Any]) -> Evidence:
                    "(a KeyError at load)", file=MODEL_CONFIG)
         elif key != "mask_token_id" and not _positive_int(draft[key]):
             ev.add(f"dflash_config.{key} is {draft[key]!r}, not a positive integer", file=MODEL_CONFIG)
-        elif key == "mask_token_id" and not (_positive_int(draft[key]) or draft[key] == 0):
+        elif key == "mask_token_id" and not (_positive_int(draft[key]) or _is_zero(draft[key])):
             ev.add(f"dflash_config.{key} is {draft[key]!r}, not a token id", file=MODEL_CONFIG)
         else:
             values[key] = draft[key]
     ev.measured["dflash_config"] = {k: draft.get(k) for k in contract.required_keys}
-    hidden, vocab = config.get("hidden_size"), config.get("vocab_size")
+    model = model_config(config)
+    if str(config.get("speculators_model_type")) in SPECULATORS_ARCHITECTURES:
+        for key, why in (("transformer_layer_config", "the draft's model config"),
+                         ("aux_hidden_state_layer_ids", "the target layers it reads")):
+            if key not in config:
+                ev.add(f"'{key}' is missing: vLLM's speculators config reads {why} from it with no default",
+                       file=MODEL_CONFIG)
+    hidden, vocab = model.get("hidden_size"), model.get("vocab_size")
     hidden = hidden if _positive_int(hidden) else None
     vocab = vocab if _positive_int(vocab) else None
     if vocab is not None and "mask_token_id" in values and values["mask_token_id"] >= vocab:
         ev.add(f"dflash_config.mask_token_id {values['mask_token_id']} is outside the vocabulary "
                f"({vocab} tokens)", file=MODEL_CONFIG)
     if contract.grouped_convolutions:
-        _check_convolutions(ckpt, config, contract, values, hidden, ev)
+        _check_convolutions(ckpt, model, contract, values, hidden, ev)
     if contract.candidate_selector:
         _check_selector(ckpt, contract, values, hidden, vocab, ev)
     _check_unquantized(ckpt, contract, ev)

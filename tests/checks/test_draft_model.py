@@ -74,6 +74,15 @@ def test_a_key_that_is_not_a_positive_integer_fails(value: Any) -> None:
                                                                                                config))
 
 
+@pytest.mark.parametrize("value", [False, -1, 3.0, "7"])
+def test_a_mask_token_that_is_not_a_token_id_fails(value: Any) -> None:
+    config = fixture_config()
+    config["dflash_config"]["mask_token_id"] = value
+    assert f"dflash_config.mask_token_id is {value!r}, not a token id" in text(check(FIXTURE / "mxfp8", config))
+    config["dflash_config"]["mask_token_id"] = 0
+    assert check(FIXTURE / "mxfp8", config).ok
+
+
 def test_a_group_size_that_contradicts_the_kernel_projection_fails() -> None:
     config = fixture_config()
     config["dflash_config"]["conv_group_size"] = 32
@@ -127,12 +136,18 @@ def test_a_hidden_projection_in_an_integer_dtype_fails(tmp_path: Path) -> None:
 
 
 def test_the_speculators_format_is_read_as_vllm_reads_it() -> None:
-    config = {k: v for k, v in fixture_config().items() if k not in ("architectures", "dflash_config")}
-    config.update(speculators_model_type="dflash2", mask_token_id=2047, conv_kernel_size=2, conv_group_size=16,
-                  selector_rank=32)
+    layer = {k: v for k, v in fixture_config().items() if k not in ("architectures", "dflash_config")}
+    config = {"speculators_model_type": "dflash2", "transformer_layer_config": layer, "mask_token_id": 2047,
+              "aux_hidden_state_layer_ids": [2, 4], "conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 32}
     assert dm.contract_for(config) is dm.DFLASH2
     found = text(check(FIXTURE / "mxfp8", config))
     assert "dflash_config.selector_top_k is missing" in found and "conv_group_size" not in found
+    # The shapes come from transformer_layer_config, as vLLM builds the model from it.
+    config.update(selector_top_k=8, conv_group_size=32)
+    assert "builds it [32, 256]" in text(check(FIXTURE / "mxfp8", config))
+    del config["transformer_layer_config"], config["aux_hidden_state_layer_ids"]
+    found = text(check(FIXTURE / "mxfp8", config))
+    assert "'transformer_layer_config' is missing" in found and "'aux_hidden_state_layer_ids' is missing" in found
 
 
 def test_an_unknown_architecture_is_not_verified() -> None:
