@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qualify.report.card import indefinite_article, validation_status_section
-from qualify.report.markdown import validation_status
+from qualify.report.markdown import summary_lines, validation_status
 from qualify.report.model import Status, write_json
 from tests.helpers import TRACEBACK, run_qualify
 from tests.run_builders import COMPLETION, LOAD_LOG, log_evidence, seed_run
@@ -180,6 +180,10 @@ def test_passed_levels_recorded_as_stand_in_plumbing_claim_nothing():
     report = validation_status(run)
     assert "Not qualified by this run:" in report and "loading (stand-in plumbing)" in report
     assert "Runtime:" not in report and "1.20 GB" not in report
+    summary = summary_lines(run)
+    marked = [line.split()[0] for line in summary if line.endswith(" (stand-in: plumbing, qualifies nothing)")]
+    assert marked == ["load", "smoke"]
+    assert summary[-1] == "verdict: qualified"  # for the checkpoint levels, which the status line names
     # Measured only without a stand-in (a throughput figure, say): no stand-in words.
     for lvl in run.levels:
         lvl.required = True
