@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,13 @@ def lists_model(server: VLLMServer, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     return any(m.get("id") == server.plan.served_model_name for m in data.get("data", []))
 
 
+def _stop_all(servers: list[VLLMServer]) -> None:
+    """Stop the servers side by side: each waits up to its grace period for vLLM to shut down."""
+    if servers:
+        with ThreadPoolExecutor(len(servers)) as ex:
+            list(ex.map(VLLMServer.stop, servers))
+
+
 class LiveServers:
     """The session's pool: :meth:`get` starts what is missing and hands out views; :meth:`close` stops all."""
 
@@ -166,8 +174,10 @@ class LiveServers:
 
     def _evict(self, *, keep: set[str], room: int) -> None:
         idle = sorted((k for k in self._servers if k not in keep), key=lambda k: self._last_used.get(k, 0.0))
+        gone = []
         while idle and len(self._servers) + room > self.max_live:
-            self._servers.pop(idle.pop(0)).stop()
+            gone.append(self._servers.pop(idle.pop(0)))
+        _stop_all(gone)
 
     def _start(self, plans: dict[str, ServerPlan], names: dict[str, str]) -> None:
         if not plans:
@@ -198,9 +208,9 @@ class LiveServers:
 
     def close(self) -> None:
         """Stop every server (idempotent)."""
-        while self._servers:
-            _, server = self._servers.popitem()
-            server.stop()
+        servers = list(self._servers.values())
+        self._servers.clear()
+        _stop_all(servers)
 
     def summary(self) -> str:
         """One line for the end of the session: how many servers started, how many times one was handed out."""
