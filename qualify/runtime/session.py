@@ -9,8 +9,9 @@ GPUs or an unpinned image is refused before anything loads.
 
 Where the serving levels need a reference server (the target alone) or the source draft's
 server, the session starts them right after its container, from the same image and plan
-(:mod:`qualify.runtime.companions`), and waits for each only when a check asks for it; the
-run's teardown removes them with the container.
+(:mod:`qualify.runtime.companions`), waits for them in the background, and hands a check
+that needs one its endpoint once it serves (or the reason it does not); the run's teardown
+removes them with the container.
 """
 
 from __future__ import annotations

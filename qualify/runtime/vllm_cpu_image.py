@@ -32,6 +32,8 @@ CONTEXT_DIR = REPO_ROOT / "runtimes" / "vllm-cpu"
 IMAGE = "qualify-vllm-cpu:latest"
 #: Where the launcher runs vLLM from (runtimes/vllm-cpu/launch.py: VENV_PYTHON).
 VENV_TARGET = "/opt/vllm-venv"
+#: vLLM's cache of what it learnt inspecting a model class (VLLM_CACHE_ROOT/modelinfos in the container).
+MODELINFOS_TARGET = "/root/.cache/vllm/modelinfos"
 LABEL_SOURCE = "qualify.runtime.vllm-cpu.source-sha256"
 _SKIP = ("__pycache__",)
 #: Debian packages vLLM's CPU extension links against that the base lacks (vllm/_C: libnuma.so.1),
@@ -127,11 +129,15 @@ def python_home(venv: Path) -> Path:
 
 
 def mounts(profile: Profile, venv: Path) -> tuple[Mount, ...]:
-    """What a launch of this image mounts besides the draft, all read-only.
+    """What a launch of this image mounts besides the draft.
 
-    The venv at ``/opt/vllm-venv``, the Python it was made with at its own path (the venv's
-    interpreter links there), and the profile's target folder (``[local_server].target``)
-    where the Hugging Face cache keeps ``MODEL`` at ``MODEL_REVISION``.
+    Read-only: the venv at ``/opt/vllm-venv``, the Python it was made with at its own path
+    (the venv's interpreter links there), and the profile's target folder
+    (``[local_server].target``) where the Hugging Face cache keeps ``MODEL`` at
+    ``MODEL_REVISION``. Writable: vLLM's model-inspection cache (``modelinfos``, kept under
+    the harness's cache), which vLLM keys by the hash of the model's module and writes
+    atomically; without it every start inspects the target's and the draft's classes in a
+    subprocess again (20 s on an idle machine, minutes on busy shared cores).
 
     Raises:
         HarnessError: the profile names no target folder or revision, or the venv is unusable.
@@ -144,8 +150,10 @@ def mounts(profile: Profile, venv: Path) -> tuple[Mount, ...]:
                            "$.runtime.env.MODEL_REVISION (where the target is mounted)")
     home = python_home(venv)
     target = f"{HF_CACHE_TARGET}/models--{env['MODEL'].replace('/', '--')}/snapshots/{revision}"
+    modelinfos = standin.cache_dir() / "vllm-cpu-modelinfos"
+    modelinfos.mkdir(parents=True, exist_ok=True)
     return (Mount(str(venv.resolve()), VENV_TARGET), Mount(str(home), str(home)),
-            Mount(str(spec.target), target))
+            Mount(str(spec.target), target), Mount(str(modelinfos), MODELINFOS_TARGET, read_only=False))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,3 +100,19 @@ def test_launcher_passes_the_per_request_metrics_flag_to_a_speculating_server(tm
     assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "summary"
     assert '"method":' in " ".join(argv) and argv.count("--speculative-config") == 1
     assert "--per-request-spec-decode-metrics" not in _argv(_launch(tmp_path, **base))
+
+
+def test_the_image_mounts_vllm_read_only_and_only_its_model_inspection_cache_writable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qualify.profile import load_profile
+
+    monkeypatch.setenv("QUALIFY_CACHE", str(tmp_path / "cache"))
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /opt/python/3.11.7/bin\n")
+    mounts = vllm_cpu_image.mounts(load_profile("fixture-dflash-cpu"), venv)
+    writable = [m for m in mounts if not m.read_only]
+    assert [(m.source, m.target) for m in writable] == [
+        (str(tmp_path / "cache" / "vllm-cpu-modelinfos"), vllm_cpu_image.MODELINFOS_TARGET)]
+    assert Path(writable[0].source).is_dir()  # docker binds only a folder that exists
+    assert {m.target for m in mounts if m.read_only} >= {vllm_cpu_image.VENV_TARGET, "/opt/python/3.11.7"}
