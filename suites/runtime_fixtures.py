@@ -7,7 +7,7 @@ container is removed at the end of the session whatever ends it; a teardown that
 a container behind is a harness error of the run (its verdict is then "not qualified").
 
 A profile whose ``[local_server]`` kind is ``runtime`` serves its serving levels from that
-same container; its reference server and its source draft's server are started with it,
+same container; its reference server and its source draft's server are started once it serves,
 from the same image and plan (:mod:`qualify.runtime.companions`).
 """
 
