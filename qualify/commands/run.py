@@ -62,7 +62,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
     runtime.add_argument("--image-digest", help="pin the runtime image to sha256:... where the profile states none")
     runtime.add_argument("--hf-cache", type=Path, help="a Hugging Face hub cache: downloads go there, and the "
                          "runtime mounts it read-only")
-    runtime.add_argument("--target", type=Path, help="a local target folder for the profile's [local_server]")
+    runtime.add_argument("--target", type=Path, help="a local target folder for the local vLLM servers of a "
+                         "[local_server] of kind vllm-cpu")
     runtime.add_argument("--endpoint", help="OpenAI-compatible endpoint of a server already running (default: the "
                          "runtime this run launches)")
     runtime.add_argument("--reference-endpoint", help="the target served without a speculator (losslessness)")

@@ -237,6 +237,11 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     check_endpoint(opts.reference_endpoint, "--reference-endpoint")
     check_endpoint(opts.source_endpoint, "--source-endpoint")
     profile = opts.profile
+    if opts.target is not None and profile.serves_from_runtime:
+        # Its runtime containers mount [local_server].target where MODEL_REVISION names it: another folder
+        # would be served under the pinned revision's name.
+        raise UsageError(f"--target is for local vLLM servers; profile {profile.name} serves from its runtime "
+                         "containers, which mount [local_server].target at the pinned $.runtime.env.MODEL_REVISION")
     draft = resolve_checkpoint(opts)
     source = resolve_source(opts)
     run = new_run(profile, draft.path, source.path, opts.levels, command=opts.command)

@@ -274,3 +274,11 @@ def test_a_profile_serving_from_its_runtime_starts_no_local_server_and_fails_wit
     assert "local_server" not in run.environment and not list(path.parent.glob("vllm-*.log"))
     assert run.environment["runtime"]["plan"]["env"]["PER_REQUEST_SPEC_DECODE_METRICS"] == "summary"
     assert run.environment["runtime"]["companions"] == {}
+
+
+def test_a_target_folder_is_refused_for_a_profile_serving_from_its_runtime(tmp_path: Path) -> None:
+    opts = _opts(tmp_path, profile=load_profile("fixture-dflash-cpu"), target=tmp_path / "target")
+    with pytest.raises(UsageError, match=r"--target is for local vLLM servers; profile fixture-dflash-cpu serves "
+                                         r"from its runtime containers"):
+        run_qualification(opts)
+    assert not (tmp_path / "reports").exists()
