@@ -149,6 +149,17 @@ def paired_lines(check: Check) -> list[str]:
     if isinstance(template, dict):
         out.append(f"- Chat template: sha256 {markdown_code(template.get('sha256'))}"
                    + (f" ({escape_markdown(template['note'])})" if template.get("note") else ""))
+    engine = m.get("engine_settings")
+    if isinstance(engine, dict):
+        # The comparison is fair only if both arms ran the same engine: say whether that was seen or assumed.
+        if engine.get("verified") is True and not engine.get("findings"):
+            out.append("- Engine settings: both arms' logged vLLM engine configurations are identical but for the "
+                       "draft model (verified from their logs)")
+        elif engine.get("verified") is True:
+            out.append("- Engine settings: **the arms ran different engine configurations** (see the findings)")
+        else:
+            out.append("- Engine settings: **not verified**, both arms' servers are assumed to run the same engine "
+                       f"settings ({escape_markdown(engine.get('why') or 'their logs were not available')})")
     return [*out, ""]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import xml.dom.minidom
 
+import pytest
+
 from qualify.report.markdown import chart_files, paired_lines, speedup_callout
 from qualify.report.model import Check, LevelResult, Status
 from qualify.report.plots import paired_charts, paired_difference_svg, paired_positions_svg
@@ -113,3 +115,20 @@ def test_a_prompt_pair_records_its_differences() -> None:
     s = pr.PairedSample("p", "s", "c", from_steps(hardness(0)), CounterDelta(0, 0, 0, ()))
     assert s.to_dict()["accepted_difference"] == -sum(hardness(0))
     assert s.to_dict()["drafts_difference"] == -20
+
+
+@pytest.mark.parametrize(("engine", "line"), [
+    ({"verified": True, "findings": []}, "- Engine settings: both arms' logged vLLM engine configurations are "
+                                         "identical but for the draft model (verified from their logs)"),
+    ({"verified": True, "findings": ["max_num_seqs differs"]},
+     "- Engine settings: **the arms ran different engine configurations** (see the findings)"),
+    ({"verified": False, "why": "the source server was not started by this run"},
+     "- Engine settings: **not verified**, both arms' servers are assumed to run the same engine settings (the "
+     "source server was not started by this run)"),
+])
+def test_the_markdown_section_says_whether_both_arms_ran_the_same_engine(engine, line) -> None:
+    check = paired_check(lambda i, s: s)
+    assert check.evidence is not None
+    assert not any(x.startswith("- Engine settings") for x in paired_lines(check))
+    check.evidence.measured["engine_settings"] = engine
+    assert line in paired_lines(check)
