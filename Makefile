@@ -69,7 +69,7 @@ local-runtimes: $(STAMP)
 	$(PY) -m fixtures.serving > /dev/null
 
 test: $(STAMP)
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=25
 
 # The unit tests alone (no slow cases): well under two minutes.
 test-fast: $(STAMP)
