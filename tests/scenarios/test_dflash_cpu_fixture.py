@@ -79,8 +79,10 @@ def test_damaged_variants_differ_only_as_intended(tmp_path: Path) -> None:
         tensors, _ = dflash_cpu.read_source(path / "source")
         changed_config = {k for k in good["dflash_config"] if good["dflash_config"][k] != config["dflash_config"][k]}
         changed = {k for k in good_tensors if not torch.equal(good_tensors[k], tensors[k])}
-        if name == "wrong-target-layers":
+        if name in dflash_cpu.WRONG_TARGET_LAYERS:
             assert changed_config == {"target_layer_ids"} and not changed
+            ids = config["dflash_config"]["target_layer_ids"]
+            assert len(ids) == 2 and sorted(ids) != sorted(good["dflash_config"]["target_layer_ids"])
         elif name == "wrong-mask-token":
             assert changed_config == {"mask_token_id"} and not changed
             assert config["dflash_config"]["mask_token_id"] >= len(serving.SPECIAL_TOKENS)
