@@ -200,8 +200,12 @@ def test_qualify_manifest_then_check_qualifies_the_export(export, tmp_path):
     fixture = load_profile("fixture")
     text = text.replace(f'content_revision = "{fixture.source_content_revision}"',
                         f'content_revision = "{folder_revision(source_dir)}"')
+    # A Llama export has no DFlash 2 candidate selector: lm_head is its only excluded module.
+    excluded = 'excluded_modules = ["lm_head", "candidate_selector.hidden_projection"]'
+    assert excluded in text
     profile.write_text(text.replace(fixture.source_revision, revision)
-                       .replace('repo = "qualify-fixtures/dflash2-tiny"', 'repo = "qualify-fixtures/tiny-llama"'))
+                       .replace('repo = "qualify-fixtures/dflash2-tiny"', 'repo = "qualify-fixtures/tiny-llama"')
+                       .replace(excluded, 'excluded_modules = ["lm_head"]'))
     check = run_qualify("check", str(ckpt), "--source", str(source_dir), "--profile", str(profile),
                         "--report-dir", str(tmp_path / "reports"))
     assert check.returncode == 0, check.stdout + check.stderr

@@ -62,10 +62,12 @@ def test_every_level_runs_for_real_and_qualifies(full_run) -> None:
         # Measured with no bound: recorded, not qualified, not required.
         "throughput": Status.SKIPPED, "speedup": Status.SKIPPED,
     }, proc.stdout[-4000:]
-    assert not run.level("throughput").required and not run.level("speedup").required
+    # The runtime levels ran on the stand-in image and a stand-in draft: plumbing that can fail, never
+    # qualification (the profile may not require them), so only the checkpoint levels are qualified.
+    for level in ("load", "smoke", "acceptance", "paired", "losslessness", "throughput", "speedup"):
+        assert not run.level(level).required, level
     assert run.verdict is Verdict.QUALIFIED and proc.returncode == 0
-    assert run.qualified_levels == ["structure", "format", "reproduction", "load", "smoke", "acceptance",
-                                    "paired", "losslessness"]
+    assert run.qualified_levels == ["structure", "format", "reproduction"]
     assert "verdict: qualified" in proc.stdout
 
 
@@ -94,7 +96,7 @@ def test_the_gate_accepts_its_attestation_for_the_checkpoint_and_its_revision(fu
     proc = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
                    str(FIXTURE / "mxfp8"), "--revision", run.checkpoint["revision"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "acceptance, paired, losslessness passed" in proc.stdout
+    assert "qualified: structure, format, reproduction passed" in proc.stdout
     other = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
                     str(FIXTURE / "mxfp8"), "--revision", "0" * 40)
     assert other.returncode == 1 and "not " + "0" * 40 in other.stdout
@@ -109,8 +111,9 @@ def test_the_card_claims_exactly_the_qualified_levels(full_run) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "smoke" in proc.stdout and "acceptance" in proc.stdout
     status = next(line for line in proc.stdout.splitlines() if line.startswith("Status:"))
-    assert "draft acceptance" in status and "lossless speculative decoding" in status
-    assert "throughput" not in status
+    assert status == ("Status: qualified for checkpoint structure and exact format reproduction under the "
+                      "following conditions:")
+    assert "draft acceptance" not in status and "loading" not in status
 
 
 # -- make qualify's own profile: the serving levels talk to the load level's container ----------------------
