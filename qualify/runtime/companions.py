@@ -50,7 +50,8 @@ def hub_snapshot(repo: str, revision: str) -> str:
     return f"{HF_CACHE_TARGET}/models--{repo.replace('/', '--')}/snapshots/{revision}"
 
 
-def _checkpoint_mount(plan: LaunchPlan) -> str | None:
+def checkpoint_mount(plan: LaunchPlan) -> str | None:
+    """Where ``plan`` mounts its draft (the launcher's ``DFLASH_MODEL`` at the draft revision); None without one."""
     env = plan.env_dict
     if not env.get("DFLASH_MODEL") or not plan.draft_revision:
         return None
@@ -73,7 +74,7 @@ def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraf
         raise UsageError(f"unknown companion server {role!r} (known: {', '.join(ROLES)})")
     env = dict(plan.env)
     env["PORT"] = str(port)
-    checkpoint_at = _checkpoint_mount(plan)
+    checkpoint_at = checkpoint_mount(plan)
     mounts = [m for m in plan.mounts if m.target != checkpoint_at]
     if role == REFERENCE:
         env = {k: v for k, v in env.items() if k not in _DRAFT_VARS}
@@ -105,4 +106,4 @@ def core_of(index: int, cores: Sequence[int]) -> int | None:
 
 
 __all__ = ["CORE_BIND_VAR", "NO_SPECULATOR", "REFERENCE", "ROLES", "SOURCE", "SourceDraft", "bind_core",
-           "companion_plan", "core_of", "hub_snapshot"]
+           "checkpoint_mount", "companion_plan", "core_of", "hub_snapshot"]

@@ -266,8 +266,7 @@ class RuntimeSession:
         """The running container (name, ID, image ID) and the draft it mounts, for the serving levels' evidence."""
         rt = self.runtime
         env = self.plan.env_dict
-        draft_at = comp.hub_snapshot(env["DFLASH_MODEL"], self.plan.draft_revision) \
-            if env.get("DFLASH_MODEL") and self.plan.draft_revision else None
+        draft_at = comp.checkpoint_mount(self.plan)
         mounted = next((m.source for m in self.plan.mounts if m.target == draft_at), None)
         return {
             "container": self.plan.name,
