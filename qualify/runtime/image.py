@@ -11,6 +11,7 @@ from typing import Any
 from qualify.errors import ImageNotPresent
 from qualify.report.model import Evidence
 from qualify.runtime.plan import LaunchPlan
+from qualify.runtime.standin import LABEL_SOURCE as STANDIN_LABEL
 from qualify.util.identifiers import is_commit
 
 
@@ -20,6 +21,7 @@ class ImageIdentity:
     id: str
     repo_tags: tuple[str, ...]
     repo_digests: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def digests(self) -> set[str]:
@@ -43,7 +45,9 @@ def inspect_image(client: Any, ref: str) -> ImageIdentity:
             hint=f"load or pull it yourself, pinned by digest (docker pull {ref.split(':')[0]}@sha256:...)",
         ) from None
     attrs = image.attrs
-    return ImageIdentity(ref, attrs["Id"], tuple(attrs.get("RepoTags") or ()), tuple(attrs.get("RepoDigests") or ()))
+    labels = tuple(sorted(((attrs.get("Config") or {}).get("Labels") or {}).items()))
+    return ImageIdentity(ref, attrs["Id"], tuple(attrs.get("RepoTags") or ()), tuple(attrs.get("RepoDigests") or ()),
+                         labels)
 
 
 def check_image(identity: ImageIdentity, plan: LaunchPlan) -> Evidence:
@@ -62,6 +66,12 @@ def check_image(identity: ImageIdentity, plan: LaunchPlan) -> Evidence:
     elif plan.image_digest not in identity.digests:
         ev.add(f"the local {plan.image} is {identity.id} (repo digests: {', '.join(identity.repo_digests) or 'none'}),"
                f" not the profile's {plan.image_digest}")
+    if STANDIN_LABEL in dict(identity.labels) and plan.build != "standin":
+        # The stand-in prints load evidence from a description of the mounted folder: whatever names it,
+        # it loads nothing, and only a profile that says so (whose levels on it qualify nothing) may run it.
+        ev.add(f"the image {plan.image} ({identity.id}) is the harness's stand-in (label {STANDIN_LABEL}), which "
+               "prints load evidence without loading anything, but the profile does not declare "
+               "$.runtime.build = \"standin\": a level run on it would show nothing about the checkpoint")
     return ev
 
 

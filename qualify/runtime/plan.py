@@ -61,6 +61,8 @@ class LaunchPlan:
     draft_revision: str | None  # None = the launcher resolves a moving branch
     target_revision: str | None
     allow_unpinned: bool = False
+    #: ``$.runtime.build``: the image this repository builds for the profile ("standin", "vllm-cpu"), or None.
+    build: str | None = None
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -194,6 +196,7 @@ def build_plan(
         draft_revision=revision,
         target_revision=target_revision,
         allow_unpinned=allow_unpinned,
+        build=runtime.build,
     )
 
 

@@ -174,6 +174,27 @@ def test_image_identity_against_the_profile_digest(seed: Profile) -> None:
         wrong.failure_text()
 
 
+def test_the_stand_in_image_is_refused_unless_the_profile_declares_it(seed: Profile) -> None:
+    from qualify.runtime.standin import LABEL_SOURCE
+
+    image_id = "sha256:" + "1" * 64
+    # The harness's stand-in (any variant carries its source label), pinned by ID under a profile that
+    # does not say it is a stand-in: its printed load evidence would otherwise qualify loading.
+    standin = images.ImageIdentity("qualify-standin:latest", image_id, ("qualify-standin:latest",), (),
+                                   ((LABEL_SOURCE, "c" * 64),))
+    plan = replace(plans.build_plan(seed, draft_revision=CANDIDATE), image_digest=image_id)
+    assert plan.build is None
+    ev = images.check_image(standin, plan)
+    assert not ev.ok
+    assert ev.failure_text().count("is the harness's stand-in") == 1 and \
+        'does not declare $.runtime.build = "standin"' in ev.failure_text()
+    assert images.check_image(standin, replace(plan, build="standin")).ok
+    # An image built on the stand-in's base (the vLLM CPU runtime) carries only the base's label: not refused.
+    based = replace(standin, labels=(("qualify.runtime.standin.rootfs-sha256", "d" * 64),))
+    assert images.check_image(based, plan).ok
+    assert plans.build_plan(load_profile("fixture"), draft_revision=CANDIDATE).build == "standin"
+
+
 def test_tokens_are_passed_by_name_and_never_rendered(seed: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     plan = plans.build_plan(seed, draft_revision=CANDIDATE, pass_hf_token=True)
@@ -281,7 +302,8 @@ def test_gpu_requests_on_a_machine_without_gpus_fail_clearly(docker_client: Any,
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has an NVIDIA driver: the GPU request may well succeed here")
     plan = replace(plans.build_plan(seed, draft_revision=CANDIDATE, run_id=f"test-{uuid.uuid4().hex[:10]}",
-                                allow_unpinned=True), image="qualify-standin:latest", port=free_port())
+                                allow_unpinned=True), image="qualify-standin:latest", port=free_port(),
+                   build="standin")  # the stand-in, declared: only the GPU request is under test
     with pytest.raises(errors.RuntimeFailure, match="the Docker engine refused to start") as info, \
             c.launched(docker_client, plan):
         pytest.fail("must not start")
