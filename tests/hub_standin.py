@@ -25,9 +25,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+def go_online(monkeypatch: Any) -> None:
+    """Let huggingface_hub reach a hub (the stand-in): offline switches and a token off, progress bars quiet."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
 
 
 def git_blob_sha1(data: bytes) -> str:

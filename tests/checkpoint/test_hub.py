@@ -14,7 +14,7 @@ from qualify import errors
 from qualify.checkpoint import hub
 from qualify.errors import UsageError
 from qualify.util.redact import MASK, RedactingFilter
-from tests.hub_standin import StandinHub, StandinRepo
+from tests.hub_standin import StandinHub, StandinRepo, go_online
 
 REPO = "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8"
 PINNED = "1111111111111111111111111111111111111111"
@@ -36,14 +36,7 @@ def expected(files: dict[str, bytes]) -> dict[str, tuple[str, int]]:
 
 @pytest.fixture(autouse=True)
 def quiet_and_online(monkeypatch: pytest.MonkeyPatch) -> None:
-    from huggingface_hub import constants
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    go_online(monkeypatch)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from qualify.checkpoint.checksums import folder_digests, folder_revision
 from qualify.checkpoint.hub import HubFile
 from qualify.checks.source_identity import check_source_identity
 from qualify.errors import CheckpointError
-from tests.hub_standin import StandinHub, StandinRepo, git_blob_sha1
+from tests.hub_standin import StandinHub, StandinRepo, git_blob_sha1, go_online
 
 FIXTURE_SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "dflash2-tiny" / "source"
 OTHER = "0123456789abcdef0123456789abcdef01234567"
@@ -31,14 +31,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def online(monkeypatch: pytest.MonkeyPatch) -> None:
-    from huggingface_hub import constants
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    go_online(monkeypatch)
 
 
 @pytest.fixture

@@ -613,14 +613,10 @@ def test_the_card_cites_the_verified_attestation(signed_run, keys, tmp_path, cap
 # ---------------------------------------------------------------- a local folder's revision, by the hub's metadata
 
 def test_a_local_folder_is_verified_against_the_hubs_metadata_at_the_commit(tmp_path, monkeypatch):
-    from huggingface_hub import constants
-
     from qualify.run.pipeline import verify_revision_by_hub
-    from tests.hub_standin import StandinHub, StandinRepo
+    from tests.hub_standin import StandinHub, StandinRepo, go_online
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    go_online(monkeypatch)
     files = {p.name: p.read_bytes() for p in (FIXTURE / "mxfp8").iterdir()}
     commit, other = "1" * 40, "2" * 40
     changed = dict(files, **{"config.json": files["config.json"] + b" "})
