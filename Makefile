@@ -35,7 +35,7 @@ SOURCE ?=
 LOCAL_RUNTIMES :=
 endif
 
-.PHONY: qualify gate test test-fast lint fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
+.PHONY: qualify gate test test-variants test-fast lint fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
 
 venv: $(STAMP)
 
@@ -70,6 +70,11 @@ local-runtimes: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests -q --durations=25
+
+# Every damaged variant of the CPU DFlash fixture on its own vLLM server (make test serves the three
+# nearest the gate and simulates the rest offline).
+test-variants: $(STAMP)
+	QUALIFY_LIVE_VARIANTS=all $(PY) -m pytest tests/scenarios/test_dflash_cpu_live.py -q -k "acceptance or variant"
 
 # The unit tests alone (no slow cases): well under two minutes.
 test-fast: $(STAMP)

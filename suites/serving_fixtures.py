@@ -11,6 +11,7 @@ per session and shared by the checks that read it.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from qualify import errors
 from qualify.profile import AcceptanceSpec, LosslessnessSpec, PairedSpec, Profile, SpeedupSpec, ThroughputSpec
 from qualify.run.suite_plugin import find_plugin
+from qualify.runtime.log_evidence import read_log
 from qualify.serving import client as serving
 from qualify.serving import paired_measure as pm
 from qualify.serving import specdecode as sd
@@ -86,25 +88,16 @@ class ServerLog:
         return self._read()[self._offset:]
 
 
-def _file_reader(path: Path) -> Any:
-    def read() -> str:
-        try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-    return read
-
-
 @pytest.fixture(scope="session")
 def server_log(request: pytest.FixtureRequest, endpoint: str) -> ServerLog:
     """``--server-log``; else the log of the server this run started (local or the launched runtime)."""
     explicit = request.config.getoption("--server-log")
     if explicit is not None:
-        return ServerLog(str(explicit), _file_reader(Path(explicit)))
+        return ServerLog(str(explicit), partial(read_log, Path(explicit)))
     local = _local_serving(request.config)
     if local is not None:
         path = local.servers["speculative"].log_path
-        return ServerLog(path.name, _file_reader(path))
+        return ServerLog(path.name, partial(read_log, path))
     if serving_uses_runtime(request.config):
         rt = request.getfixturevalue("serving_runtime")
         return ServerLog("server.log", rt.runtime.logs_text)
@@ -261,11 +254,11 @@ def _paired_logs(request: pytest.FixtureRequest) -> tuple[dict[str, str] | None,
     config = request.config
     explicit = config.getoption("--server-log"), config.getoption("--source-server-log")
     if all(explicit):
-        return {"checkpoint": _file_reader(Path(explicit[0]))(), "source": _file_reader(Path(explicit[1]))()}, ""
+        return {"checkpoint": read_log(Path(explicit[0])), "source": read_log(Path(explicit[1]))}, ""
     local = _local_serving(config)
     if local is not None and "source" in local.servers and not config.getoption("--source-endpoint"):
-        return {"checkpoint": _file_reader(local.servers["speculative"].log_path)(),
-                "source": _file_reader(local.servers["source"].log_path)()}, ""
+        return {"checkpoint": read_log(local.servers["speculative"].log_path),
+                "source": read_log(local.servers["source"].log_path)}, ""
     if local is None and _runtime_companion(request, "source") and not config.getoption("--endpoint"):
         logs = request.getfixturevalue("serving_runtime").server_logs()
         if "runtime" in logs and "source" in logs:

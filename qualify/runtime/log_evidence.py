@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from qualify.profile import EvidenceSpec, Profile
@@ -20,6 +21,18 @@ from qualify.report.model import Evidence
 from qualify.util.redact import redact
 
 _MAX_LINE = 300  # characters of a matched line kept as evidence
+
+
+def read_log(path: Path | None) -> str:
+    """A server's log as text so far; empty when there is none yet or it cannot be read.
+
+    A log is read while its server writes it (and may not exist before the first line), so an
+    unreadable log is "nothing shown yet": the evidence it lacks fails its check with that finding.
+    """
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path is not None else ""
+    except OSError:
+        return ""
 
 
 def evidence_items(profile: Profile, level: str) -> list[EvidenceSpec]:

@@ -35,7 +35,7 @@ from qualify.runtime import engine, labels
 from qualify.runtime import image as images
 from qualify.runtime import plan as plans
 from qualify.runtime.gpu import GpuInventory, check_gpus, query_gpus
-from qualify.runtime.log_evidence import check_log_evidence
+from qualify.runtime.log_evidence import check_log_evidence, read_log
 from qualify.util.ports import free_port
 from qualify.util.progress import WaitProgress
 
@@ -384,13 +384,6 @@ class RuntimeSession:
         }
 
 
-def _read_log(path: Path | None) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace") if path is not None else ""
-    except OSError:
-        return ""
-
-
 def serving_summary(session: RuntimeSession) -> dict[str, Any]:
     """The report's serving-runtime record when the serving levels talk to the session's containers.
 
@@ -406,7 +399,7 @@ def serving_summary(session: RuntimeSession) -> dict[str, Any]:
     for name, rt in containers.items():
         if rt is None:
             continue
-        log = _read_log(rt.log_path)
+        log = read_log(rt.log_path)
         servers[name] = {"plan": {"endpoint": rt.plan.endpoint, "env": rt.plan.to_dict()["env"]},
                          "container": rt.plan.name,
                          "container_id": rt.container.id if rt.container is not None else None,

