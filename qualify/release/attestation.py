@@ -346,10 +346,10 @@ def sign_model(checkpoint: Path, key: SigningKey, out: Path) -> dict[str, Any]:
         config.use_elliptic_key_signer(private_key=key.path, password=key.password).sign(checkpoint, tmp)
         os.replace(tmp, out)
         data = out.read_bytes()
-        bundle = json.loads(data)
-        statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        bundle = parse_strict(data.decode("utf-8"), 0)
+        statement = parse_strict(base64.b64decode(bundle["dsseEnvelope"]["payload"]).decode("utf-8"), 0)
         root = statement["subject"][0]["digest"]["sha256"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, IndexError, TypeError, JsonProblem) as exc:
         raise HarnessError(f"model-signing could not sign {checkpoint}: {type(exc).__name__}: {exc}") from None
     return {"file": out.name, "sha256": hashlib.sha256(data).hexdigest(), "root_digest": root}
 
@@ -400,8 +400,8 @@ def write_attestation(report_dir: Path, key: SigningKey, *, checkpoint: Path | N
     report_path = Path(report_dir) / REPORT
     try:
         raw = report_path.read_bytes()
-        report = json.loads(raw)
-    except (OSError, ValueError) as exc:
+        report = parse_strict(raw.decode("utf-8"), 0)
+    except (OSError, ValueError, JsonProblem) as exc:
         raise HarnessError(f"{report_path}: cannot read the report to sign it: {exc}") from None
     model_sig = None
     if sign_checkpoint:

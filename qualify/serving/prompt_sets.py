@@ -21,14 +21,13 @@ Formats (one JSON object a line for the JSONL ones; blank lines are allowed):
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from qualify.errors import JsonProblem, UsageError
 from qualify.serving.client import Prompt, PromptSet, load_prompts
-from qualify.util.jsonio import parse_strict
+from qualify.util.jsonio import json_path, parse_strict
 
 FORMATS: tuple[str, ...] = ("qualify", "mt-bench", "gsm8k", "humaneval")
 #: What a standard set's licence line says: the harness does not verify a downloaded file's licence.
@@ -159,6 +158,10 @@ def set_identity(ps: PromptSet, fmt: str, total: int | None = None) -> dict[str,
     return out
 
 
+def _at(exc: JsonProblem) -> str:
+    return f" at {json_path(exc.path)}" if exc.path else ""
+
+
 def chat_template_identity(model_dir: Path | None) -> dict[str, Any]:
     """The sha256 of the chat template a local model folder carries, or why it is not known.
 
@@ -174,7 +177,12 @@ def chat_template_identity(model_dir: Path | None) -> dict[str, Any]:
         return {"sha256": hashlib.sha256(jinja.read_bytes()).hexdigest(), "source": str(jinja)}
     config = Path(model_dir) / "tokenizer_config.json"
     try:
-        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        # Strict: a tokenizer_config.json that names two chat templates says two things.
+        template = parse_strict(config.read_text(encoding="utf-8"), 0).get("chat_template")
+    except JsonProblem as exc:
+        return {"sha256": None, "source": str(config),
+                "note": f"not verified: {config.name} is not strict JSON ({exc}{_at(exc)}); the template "
+                        "the server uses is not known"}
     except (OSError, ValueError, AttributeError):
         template = None
     if not isinstance(template, str) or not template:

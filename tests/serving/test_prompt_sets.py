@@ -140,3 +140,10 @@ def test_chat_template_identity(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert chat_template_identity(empty)["sha256"] is None
+    # Two templates in one file: which one the server uses is not known, so no hash is claimed.
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    (twice / "tokenizer_config.json").write_text('{"chat_template": "{{ a }}", "chat_template": "{{ b }}"}')
+    identity = chat_template_identity(twice)
+    assert identity["sha256"] is None
+    assert "not verified: tokenizer_config.json is not strict JSON (duplicate key 'chat_template')" in identity["note"]
