@@ -28,8 +28,9 @@ E8M0_NAN = 0xFF
 E8M0_MIN_EXPONENT = -127
 E8M0_MAX_EXPONENT = 127
 
-#: Where an amax-derived E8M0 scale puts a non-zero block's largest |element|: (224, 448]
-#: for the round-up (ModelOpt/RCEIL) rule, [256, 448] for OCP's floor rule.
+#: Where an amax-derived E8M0 scale puts a non-zero block's largest |element|: [224, 448]
+#: for the round-up (ModelOpt/RCEIL) rule (an amax just above 448 * 2**k scales to just
+#: above 224, which E4M3 rounds to 224), [256, 448] for OCP's floor rule.
 BLOCK_MAX_RANGE = (E4M3_MAX / 2, E4M3_MAX)
 
 #: The safetensors dtype names of the two tensors an MXFP8 linear weight is stored as.

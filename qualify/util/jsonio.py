@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -37,16 +38,38 @@ def _is_utf8_encodable(s: str) -> bool:
     return True
 
 
+#: A \\u escape of a UTF-16 surrogate (D800-DFFF); only a text holding one can decode to a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _find_lone_surrogate(obj: Any) -> tuple[str | int, ...] | None:
+    """The path to the first string (a key: the path to its object) that is not valid Unicode."""
+    # Iterative, like _find_duplicate; every key of an object is checked before any path
+    # through it is returned, so a path never holds the bad string itself.
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), obj)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if not _is_utf8_encodable(node):
+                return path
+            continue
+        if isinstance(node, dict):
+            if not all(_is_utf8_encodable(key) for key in node):
+                return path
+            children: list[tuple[str | int, Any]] = list(node.items())
+        elif isinstance(node, list):
+            children = list(enumerate(node))
+        else:
+            continue
+        stack.extend((((*path, k), v) for k, v in reversed(children)))
+    return None
+
+
 def _pairs_hook(saw_duplicate: list[bool]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
     # Python's json keeps the last of repeated keys without a word; a loader in another
     # language may keep the first. The hook cannot know where in the document it is, so
     # it marks the object and the caller finds the path afterwards.
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        for key, value in pairs:
-            if not _is_utf8_encodable(key) or (isinstance(value, str) and not _is_utf8_encodable(value)):
-                raise JsonProblem(
-                    "a string holds a lone UTF-16 surrogate escape, which is not valid Unicode"
-                )
         obj = dict(pairs)
         if len(obj) == len(pairs):
             return obj
@@ -104,6 +127,12 @@ def parse_strict(text: str, byte_base: int) -> Any:
     except ValueError as exc:
         # Python refuses to convert integers of more than 4300 digits; no real size is that long.
         raise JsonProblem(f"not valid JSON here: {exc}") from None
+    # Anywhere in the document (an object, a list, the top level): a lone surrogate cannot be
+    # written as UTF-8, so no other reader sees the string this one would return.
+    if _SURROGATE_ESCAPE.search(text) or not _is_utf8_encodable(text):
+        bad = _find_lone_surrogate(obj)
+        if bad is not None:
+            raise JsonProblem("a string holds a lone UTF-16 surrogate escape, which is not valid Unicode", bad)
     if saw_duplicate[0]:
         found = _find_duplicate(obj)
         if found is not None:
