@@ -1,51 +1,21 @@
-"""Tests for the paired level's report: its charts, its Markdown section, and the speedup callout (pure)."""
+"""Tests for the paired level's report: its Markdown section, its chart files and the speedup callout (pure).
+
+The charts themselves are drawn by qualify.report.plots (tests/report/test_plots.py)."""
 
 from __future__ import annotations
-
-import math
-import xml.dom.minidom
 
 import pytest
 
 from qualify.report.markdown import chart_files, paired_lines, speedup_callout
 from qualify.report.model import Check, LevelResult, Status
-from qualify.report.plots import paired_charts, paired_difference_svg, paired_positions_svg
+from qualify.report.plots import paired_charts
 from qualify.serving import paired as pr
 from qualify.serving.specdecode import Bootstrap, CounterDelta
 from qualify.serving.throughput import speedup_evidence
 from tests.serving.test_paired import from_steps, hardness, samples, worse
+from tests.serving.test_throughput import throughput
 
 BOOT = Bootstrap(resamples=300)
-
-
-def test_side_by_side_positions_chart() -> None:
-    svg = paired_positions_svg([(0.9, 0.8, 0.95), (0.5, 0.4, 0.6)], [(0.85, 0.7, 0.9), (math.nan, math.nan, math.nan)])
-    xml.dom.minidom.parseString(svg)
-    assert svg.count("<rect") == 2 + 3  # two legend swatches, three bars: the unknown one is not drawn as zero
-    assert "n/a" in svg and "<script" not in svg and "href" not in svg
-    assert "checkpoint, position 0: 0.850 [0.700, 0.900]" in svg
-
-
-def test_difference_chart_marks_the_margin_and_a_whisker_below_it() -> None:
-    svg = paired_difference_svg([("rate", -0.01, -0.015, -0.005), ("length", -0.05, -0.09, -0.01)], margin=0.02)
-    xml.dom.minidom.parseString(svg)
-    assert 'stroke="#c00" stroke-dasharray="4 3"' in svg and "-2.0%" in svg
-    assert svg.count('fill="#c00"><title>') == 1  # only the interval that reaches below -margin is red
-    assert "length: -5.00% [-9.00%, -1.00%]" in svg
-    assert svg == paired_difference_svg([("rate", -0.01, -0.015, -0.005), ("length", -0.05, -0.09, -0.01)],
-                                        margin=0.02)
-
-
-def decided(candidate: object, concurrency: int = 1) -> pr.PairedDecision:
-    return pr.decide(samples(20, candidate), concurrency=concurrency, margin=0.02, boot=BOOT)
-
-
-def test_paired_charts_per_concurrency() -> None:
-    charts = paired_charts([decided(lambda i, s: s, 1), decided(lambda i, s: worse(s, 3, i), 4),
-                            pr.decide([], concurrency=8, margin=0.02, boot=BOOT)], margin=0.02)
-    assert sorted(charts) == ["difference-c1", "difference-c4", "positions-c1", "positions-c4"]
-    for svg in charts.values():
-        xml.dom.minidom.parseString(svg)
 
 
 def paired_check(candidate: object) -> Check:
@@ -76,28 +46,6 @@ def test_chart_files_beside_the_report() -> None:
                              "paired.non_inferiority.positions-c1.svg", "paired.non_inferiority.positions-c4.svg"]
     check.evidence.measured["charts_svg"] = {"../x": "<svg/>", "ok": 3}  # type: ignore[union-attr]
     assert chart_files(check) == {}  # a name that could leave the folder, or no SVG text, is not written
-
-
-def throughput(tokens_per_s: float, itl: float, failed: tuple[str, ...] = ()) -> dict[str, object]:
-    return {"output_tokens_per_s": tokens_per_s, "output_tokens": 640, "itl_s": {"mean": itl},
-            "failed_requests": list(failed)}
-
-
-def test_speedup_measured_and_gated_only_by_a_stated_bound() -> None:
-    ev, gated = speedup_evidence({1: throughput(30, 0.03), 4: throughput(50, 0.05)},
-                                 {1: throughput(20, 0.05), 4: throughput(60, 0.04)})
-    assert ev.ok and not gated
-    assert ev.measured["no_speedup_at"] == [4]
-    assert ev.measured["concurrency"]["1"]["speedup"] == 1.5
-    ev, gated = speedup_evidence({1: throughput(30, 0.03)}, {1: throughput(20, 0.05)}, min_speedup=1.6)
-    assert gated and [str(f) for f in ev.findings] == [
-        "at concurrency 1: speedup 1.50x (30.0 / 20.0 output tokens/s) is below the required 1.60x"]
-    ev, _ = speedup_evidence({1: throughput(30, 0.03, ("prompt a: timed out",))}, {})
-    assert {str(f) for f in ev.findings} == {"at concurrency 1: measured only with the speculator"}
-    ev, _ = speedup_evidence({1: throughput(30, 0.03, ("prompt a: timed out",))}, {1: throughput(0, 0.1)},
-                             min_speedup=1.0)
-    text = "\n".join(str(f) for f in ev.findings)
-    assert "with the speculator: prompt a: timed out" in text and "speedup nanx" in text
 
 
 def test_acceptance_without_speedup_is_called_out() -> None:

@@ -18,7 +18,6 @@ from qualify.errors import UsageError
 from qualify.profile import load_profile
 from qualify.report.model import Status, Verdict, read_json
 from qualify.run.pipeline import RunOptions, resolve_checkpoint, run_qualification
-from qualify.run.runner import new_run
 from qualify.serving.local_servers import LocalServing
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
@@ -68,15 +67,6 @@ def test_an_unreachable_hub_is_a_written_not_qualified_report(tmp_path: Path, mo
     assert any("draft qualify-fixtures/dflash2-tiny-mxfp8@" + rev in e and "not (completely) in the local cache" in e
                for e in back.errors), back.errors
     assert back.level("structure").reason.startswith("not run: the inputs could not be obtained")
-
-
-def test_measured_levels_are_recorded_but_never_required_or_qualified() -> None:
-    profile = load_profile("fixture")
-    assert profile.measured_levels == ("load", "smoke", "acceptance", "paired", "losslessness", "throughput",
-                                       "speedup")
-    assert "throughput" in profile.run_levels and "throughput" not in profile.required_levels
-    run = new_run(profile, None, None, ["structure", "throughput"])
-    assert [(lv.name, lv.required) for lv in run.levels] == [("structure", True), ("throughput", False)]
 
 
 def _broken_reproduction(tmp_path: Path) -> Path:

@@ -1,7 +1,7 @@
-"""Tests for qualify.runtime.container: the launch plan, the docker run line, and real containers
-of the stand-in runtime.
+"""Tests for qualify.runtime.container: real containers of the stand-in runtime, launched from a
+plan (built as tests/runtime/test_plan.py checks), served, and removed.
 
-The plan tests are pure. The ``docker`` tests start real containers of the local
+The ``docker`` tests start real containers of the local
 ``qualify-standin`` image (built by qualify.runtime.standin, never pulled) and FAIL -- never skip
 -- when no Docker engine answers, naming scripts/install-docker.sh. Every docker test
 checks with ``docker ps -a --filter label=...`` that it left no container behind.
@@ -29,14 +29,13 @@ from typing import Any
 import pytest
 
 from qualify import errors
-from qualify.errors import UsageError
-from qualify.profile import DEFAULT_STARTUP_TIMEOUT_S, Profile, load_profile
+from qualify.profile import Profile, load_profile
 from qualify.runtime import container as c
 from qualify.runtime import engine, labels
 from qualify.runtime import image as images
 from qualify.runtime import plan as plans
 from qualify.runtime.gpu import Gpu, GpuInventory
-from qualify.runtime.log_evidence import check_log_evidence, read_log
+from qualify.runtime.log_evidence import check_log_evidence
 from qualify.util.redact import MASK
 from tests.docker_support import (  # noqa: F401  (fixtures)
     CANDIDATE,
@@ -46,208 +45,14 @@ from tests.docker_support import (  # noqa: F401  (fixtures)
     free_port,
     standin_fixture,
 )
-from tests.helpers import FIXTURE, REPO
-from tests.test_profile import SEED, SEED_ENV, SEED_IMAGE, parse_seed_docker_run
+from tests.helpers import REPO
+from tests.runtime.test_plan import CHECKPOINT, TOKEN, seed_block
+from tests.test_profile import SEED, SEED_ENV, SEED_PROFILE
 
-SEED_PROFILE = "glm53-flash-dflash2-mxfp8-tp4"
 TARGET_PIN = "fedcba9876543210fedcba9876543210fedcba98"
-CHECKPOINT = FIXTURE / "mxfp8"
-TOKEN = "hf_QualifyTestTokenDoNotLeak0123456789ab"
-
-
-# -- the plan (pure) --------------------------------------------------------------------
 
 #: A readiness deadline a healthy stand-in (ready in about a second) never comes near, loaded or not.
 READY_GUARD_S = 300
-
-
-
-@pytest.fixture(scope="module")
-def seed() -> Profile:
-    return load_profile(SEED_PROFILE)
-
-
-def seed_block() -> str:
-    lines = SEED.read_text(encoding="utf-8").splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip().startswith("docker run"))
-    block = []
-    for line in lines[start:]:
-        block.append(line.strip())
-        if not line.rstrip().endswith("\\"):
-            break
-    return "\n".join(block)
-
-
-def test_published_plan_renders_the_seed_command_exactly(seed: Profile) -> None:
-    rendered = plans.render_docker_run(plans.build_plan(seed, serving=True))
-    if SEED.exists():
-        assert rendered == seed_block()
-    parsed = parse_seed_docker_run(rendered)
-    assert parsed["positional"] == [SEED_IMAGE]
-    assert parsed["env"] == list(SEED_ENV.items())
-    assert parsed["flags"] == {"rm": "", "gpus": '"device=0,1,2,3"', "network": "host", "ipc": "host",
-                               "shm_size": "32g"}
-
-
-def test_qualification_plan_differs_only_by_the_overrides_and_the_pin(seed: Profile) -> None:
-    published = plans.build_plan(seed, serving=True).env_dict
-    plan = plans.build_plan(seed, draft_revision=CANDIDATE)
-    assert [k for k, _ in plan.env] == list(SEED_ENV)  # same variables, same order
-    diff = {k: v for k, v in plan.env if published[k] != v}
-    assert diff == {"CUDAGRAPH_MODE": "NONE", "DFLASH_MODEL_REVISION": CANDIDATE}
-    assert plan.draft_revision == CANDIDATE and plan.target_revision == seed.data["target"]["revision"]
-    assert plan.unpinned == [f"runtime image {SEED_IMAGE} (a tag; the profile pins no digest)"]
-    assert (plan.host, plan.port, plan.served_model_name) == ("127.0.0.1", 8000, "GLM-5.3-Flash-NVFP4")
-    assert plan.startup_timeout_s == DEFAULT_STARTUP_TIMEOUT_S
-    plan_labels = dict(plan.labels)
-    assert plan_labels[labels.LABEL_HARNESS] == "qualify" and plan_labels[labels.LABEL_RUN] == plan.run_id
-    assert plan_labels[labels.LABEL_OWNER] == labels.owner_id() and plan.name == f"qualify-{plan.run_id}"
-
-
-def test_create_kwargs_are_the_seed_command(seed: Profile) -> None:
-    from docker.types import DeviceRequest
-
-    plan = plans.build_plan(seed, draft_revision=CANDIDATE, run_id="r1")
-    kw = plans.create_kwargs(plan, image_ref="sha256:" + "a" * 64)
-    assert kw["image"] == "sha256:" + "a" * 64  # the inspected ID, never the tag
-    assert kw["device_requests"] == [DeviceRequest(device_ids=["0", "1", "2", "3"], capabilities=[["gpu"]])]
-    assert (kw["network_mode"], kw["ipc_mode"], kw["shm_size"]) == ("host", "host", "32g")
-    assert kw["environment"] == [f"{k}={v}" for k, v in plan.env]
-    assert kw["auto_remove"] is False and kw["detach"] is True and kw["name"] == "qualify-r1"
-    assert "mounts" not in kw
-    without = plans.create_kwargs(plan, with_gpus=False)
-    assert "device_requests" not in without
-    assert {k: v for k, v in kw.items() if k not in ("device_requests", "image")} == {
-        k: v for k, v in without.items() if k != "image"}
-
-
-def test_a_local_checkpoint_is_mounted_read_only_at_its_revision(seed: Profile) -> None:
-    plan = plans.build_plan(seed, draft_revision=CANDIDATE, checkpoint_dir=CHECKPOINT)
-    target = (f"/root/.cache/huggingface/hub/models--local-inference-lab--GLM-5.3-Flash-DFlash2-MXFP8/snapshots/"
-              f"{CANDIDATE}")
-    assert plan.mounts == (plans.Mount(str(CHECKPOINT.resolve()), target, True),)
-    assert f"-v {CHECKPOINT.resolve()}:{target}:ro \\" in plans.render_docker_run(plan)
-    kw = plans.create_kwargs(plan)
-    assert [(m["Source"], m["Target"], m["Type"], m["ReadOnly"]) for m in kw["mounts"]] == [
-        (str(CHECKPOINT.resolve()), target, "bind", True)]
-    cache = plans.build_plan(seed, draft_revision=CANDIDATE, hf_cache=Path("/tmp"))
-    assert cache.mounts == (plans.Mount("/tmp", plans.HF_CACHE_TARGET, True),)
-
-
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"draft_revision": "main"}, "40 lowercase hex"),
-    ({"draft_revision": CANDIDATE.upper()}, "40 lowercase hex"),
-    ({"checkpoint_dir": CHECKPOINT}, "give the draft revision"),
-    ({"draft_revision": CANDIDATE, "checkpoint_dir": CHECKPOINT, "hf_cache": Path("/tmp")}, "not both"),
-    ({"pass_hf_token": True}, "HF_TOKEN is not set"),
-])
-def test_plans_that_cannot_be_launched(seed: Profile, monkeypatch: pytest.MonkeyPatch, kwargs: dict,
-                                       words: str) -> None:
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    with pytest.raises(UsageError, match=words):
-        plans.build_plan(seed, **kwargs)
-
-
-def test_pinning_is_refused_or_declared_not_reproducible(seed: Profile) -> None:
-    unpinned = plans.build_plan(seed)
-    ev = images.check_pinning(unpinned)
-    assert not ev.ok
-    assert "not pinned: draft (DFLASH_MODEL_REVISION empty: the launcher resolves the main branch)" in ev.failure_text()
-    assert "--allow-unpinned" in ev.failure_text()
-    allowed = images.check_pinning(plans.build_plan(seed, allow_unpinned=True))
-    assert allowed.ok and allowed.summary.startswith("not reproducible") and allowed.measured["reproducible"] is False
-    assert images.check_pinning(plans.build_plan(seed, draft_revision=CANDIDATE)).ok
-
-
-def test_image_identity_against_the_profile_digest(seed: Profile) -> None:
-    image_id, manifest = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-    identity = images.ImageIdentity(SEED_IMAGE, image_id, (SEED_IMAGE,), (f"voipmonitor/vllm@{manifest}",))
-    plan = plans.build_plan(seed, draft_revision=CANDIDATE)
-    ev = images.check_image(identity, plan)
-    assert not ev.ok and "the profile pins no digest" in ev.failure_text()
-    allowed = images.check_image(identity, replace(plan, allow_unpinned=True))
-    assert allowed.ok and "not reproducible" in allowed.summary
-    assert images.check_image(identity, replace(plan, image_digest=image_id)).ok
-    assert images.check_image(identity, replace(plan, image_digest=manifest)).ok  # the registry digest pins it too
-    wrong = images.check_image(identity, replace(plan, image_digest="sha256:" + "3" * 64))
-    assert not wrong.ok and f"is {image_id}" in wrong.failure_text() and "not the profile's sha256:333" in \
-        wrong.failure_text()
-
-
-def test_the_stand_in_image_is_refused_unless_the_profile_declares_it(seed: Profile) -> None:
-    from qualify.runtime.standin import LABEL_SOURCE
-
-    image_id = "sha256:" + "1" * 64
-    # The harness's stand-in (any variant carries its source label), pinned by ID under a profile that
-    # does not say it is a stand-in: its printed load evidence would otherwise qualify loading.
-    standin = images.ImageIdentity("qualify-standin:latest", image_id, ("qualify-standin:latest",), (),
-                                   ((LABEL_SOURCE, "c" * 64),))
-    plan = replace(plans.build_plan(seed, draft_revision=CANDIDATE), image_digest=image_id)
-    assert plan.build is None
-    ev = images.check_image(standin, plan)
-    assert not ev.ok
-    assert ev.failure_text().count("is the harness's stand-in") == 1 and \
-        'does not declare $.runtime.build = "standin"' in ev.failure_text()
-    assert images.check_image(standin, replace(plan, build="standin")).ok
-    # An image built on the stand-in's base (the vLLM CPU runtime) carries only the base's label: not refused.
-    based = replace(standin, labels=(("qualify.runtime.standin.rootfs-sha256", "d" * 64),))
-    assert images.check_image(based, plan).ok
-    assert plans.build_plan(load_profile("fixture"), draft_revision=CANDIDATE).build == "standin"
-
-
-def test_tokens_are_passed_by_name_and_never_rendered(seed: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    plan = plans.build_plan(seed, draft_revision=CANDIDATE, pass_hf_token=True)
-    rendered = plans.render_docker_run(plan)
-    assert "-e HF_TOKEN \\" in rendered and TOKEN not in rendered
-    assert TOKEN not in json.dumps(plan.to_dict())
-    assert f"HF_TOKEN={TOKEN}" in plans.create_kwargs(plan)["environment"]  # the container does get it
-
-
-def test_owner_liveness() -> None:
-    assert labels.owner_alive(labels.owner_id()) is True
-    done = subprocess.run(["true"], check=True)
-    assert done.returncode == 0
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    assert labels.owner_alive(f"{socket.gethostname()}:{dead.pid}:1") is False
-    assert labels.owner_alive(f"{socket.gethostname()}:{os.getpid()}:not-my-start-time") is False  # a reused pid
-    assert labels.owner_alive(f"another-host:{os.getpid()}:1") is None
-
-
-def test_docker_unavailable_names_the_install_script(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
-    with pytest.raises(errors.DockerUnavailable) as info:
-        engine.docker_client(timeout=2)
-    assert "scripts/install-docker.sh" in str(info.value)
-    assert "no Docker engine answers" in str(info.value)
-
-
-def test_log_evidence_rules() -> None:
-    fixture = load_profile("fixture")
-    good = "\n".join([
-        "INFO Detected ModelOpt MXFP8 checkpoint",
-        "INFO Using B12xMxfp8LinearKernel for draft GEMMs",
-        "INFO Using B12xMxfp8LinearKernel for fused DFlash context_kv_proj",
-        "INFO Loading drafter model weights took 0.0026 GiB",
-    ])
-    assert check_log_evidence(good, fixture, "load").ok
-    missing = check_log_evidence(good.replace("Detected ModelOpt MXFP8", "Detected nothing"), fixture, "load")
-    assert [f.message.split(":")[0] for f in missing.findings] == ["missing evidence 'modelopt_mxfp8_detected'"]
-    # A second, disagreeing weight size must not be outvoted by the right one.
-    twice = check_log_evidence(good + "\nINFO Loading drafter model weights took 9.9900 GiB", fixture, "load")
-    assert "shows 0.0026, 9.99 GB, the profile expects 0.0026" in twice.failure_text()
-    empty = check_log_evidence("", fixture, "load")
-    assert "the server log is empty" in empty.failure_text() and len(empty.findings) == 5
-    assert not check_log_evidence(good, fixture, "smoke").ok  # no smoke items: nothing shows anything
-
-
-def test_a_log_not_written_yet_reads_as_empty_and_bad_bytes_as_replacements(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    assert read_log(None) == "" and read_log(log) == ""  # no log yet: nothing shown yet, never an error
-    log.write_bytes(b"INFO loaded \xff\n")
-    assert read_log(log) == "INFO loaded \ufffd\n"
-    assert read_log(tmp_path) == ""  # a folder where the log should be: unreadable, so nothing shown
 
 
 # -- real containers ---------------------------------------------------------------------

@@ -1,5 +1,4 @@
-"""Tests for qualify.serving.client, qualify.serving.throughput, qualify.report.plots and
-qualify.serving.vllm_server's launch plan (fast, no vLLM).
+"""Tests for qualify.serving.client (fast, no vLLM).
 
 The request paths run against a small scripted stand-in of vLLM's HTTP API on the
 loopback interface: it answers completions and chat completions and serves /metrics
@@ -9,7 +8,6 @@ counters that move as a script says (speculating, not speculating, restarting).
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
@@ -19,14 +17,9 @@ from typing import Any
 import pytest
 
 from qualify import errors
-from qualify.errors import HarnessError, UsageError
-from qualify.profile import load_profile
-from qualify.report.plots import position_acceptance_svg
-from qualify.runtime.vllm_cpu import find_vllm_python
+from qualify.errors import UsageError
 from qualify.serving import client as serving
 from qualify.serving import specdecode as sd
-from qualify.serving.throughput import throughput_evidence
-from qualify.serving.vllm_server import ServerPlan, plan_for_profile
 from tests.fault_server import QuietJSONHandler
 from tests.serving.test_specdecode import metrics_text
 
@@ -260,73 +253,7 @@ def test_version(fake: tuple[FakeVLLM, str]) -> None:
     assert serving.fetch_version(fake[1]) == {"version": "0.32.0"}
 
 
-# -- throughput and plots ----------------------------------------------------------------------
-
-
-MEASURED = {"requests": 4, "failed_requests": [], "concurrency": 2, "output_tokens": 256,
-            "output_tokens_per_s": 100.0, "ttft_s": {"mean": 0.2}, "itl_s": {"mean": 0.01}}
-
-
-def test_throughput_without_bounds_is_not_gated() -> None:
-    ev, gated = throughput_evidence(MEASURED)
-    assert ev.ok and not gated
-    assert ev.measured["output_tokens_per_s"] == 100.0
-
-
-def test_throughput_bounds() -> None:
-    ev, gated = throughput_evidence(MEASURED, min_output_tokens_per_s=150.0, max_mean_ttft_s=0.1)
-    assert gated and len(ev.findings) == 2
-    ev, _ = throughput_evidence({**MEASURED, "output_tokens": 0, "output_tokens_per_s": math.nan},
-                                min_output_tokens_per_s=1.0)
-    assert not ev.ok  # NaN never clears a bound
-
-
-def test_position_chart() -> None:
-    svg = position_acceptance_svg([(0.9, 0.8, 0.95), (0.5, 0.4, 0.6), (math.nan, math.nan, math.nan)],
-                                  threshold=0.6)
-    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
-    assert svg.count("<rect") == 2 and "n/a" in svg
-    assert "<script" not in svg and "href" not in svg
-    assert svg == position_acceptance_svg([(0.9, 0.8, 0.95), (0.5, 0.4, 0.6), (math.nan, math.nan, math.nan)],
-                                          threshold=0.6)
-    import xml.dom.minidom
-
-    xml.dom.minidom.parseString(svg)  # well-formed
-
-
-# -- the launch plan ---------------------------------------------------------------------------
-
-
-def test_plan_follows_the_profile(tmp_path: Path) -> None:
-    profile = load_profile("fixture")
-    plan = plan_for_profile(profile, python=Path("/venv/bin/python"), model=tmp_path / "t", draft=tmp_path / "d",
-                            port=8123)
-    argv = plan.argv()
-    assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-    assert "--enforce-eager" in argv
-    assert argv[argv.index("--served-model-name") + 1] == "dflash2-tiny-target"
-    assert argv[argv.index("--max-model-len") + 1] == "4096"
-    spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec == {"method": "draft_model", "model": str(tmp_path / "d"), "num_speculative_tokens": 7}
-    assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert plan.endpoint == "http://127.0.0.1:8123/v1"
-    alone = plan_for_profile(profile, python=Path("/p"), model=tmp_path / "t", draft=None, port=1)
-    assert "--speculative-config" not in alone.argv() and alone.speculative_config is None
-    assert isinstance(plan, ServerPlan)
-
-
-def test_plan_with_dflash_and_the_cpu_plugin(tmp_path: Path) -> None:
-    from qualify.runtime.vllm_cpu_plugin import PLUGIN_DIR
-
-    profile = load_profile("fixture")
-    plan = plan_for_profile(profile, python=Path("/p"), model=tmp_path / "t", draft=tmp_path / "d", port=1,
-                            method="dflash")
-    spec = json.loads(plan.argv()[plan.argv().index("--speculative-config") + 1])
-    assert spec["method"] == "dflash" and spec["model"] == str(tmp_path / "d")
-    # The plugin reaches the server's processes through PYTHONPATH (its entry point), and nothing else does.
-    assert plan.env["PYTHONPATH"] == str(PLUGIN_DIR)
-    assert (PLUGIN_DIR / "qualify_vllm_cpu-0.32.0.dist-info" / "entry_points.txt").read_text().count(
-        "qualify_vllm_cpu = qualify_vllm_cpu:register") == 1
+# -- the vLLM CPU plugin's line in a server log ------------------------------------------------
 
 
 def test_the_plugin_counts_as_active_only_in_the_model_worker() -> None:
@@ -341,40 +268,6 @@ def test_the_plugin_counts_as_active_only_in_the_model_worker() -> None:
     assert not active_in_worker("\n".join([api, core]))  # the model's process never loaded it
     assert not active_in_worker("(VllmWorker-0 pid=1) INFO Using EmulationMxfp8LinearKernel for MXFP8 GEMM")
 
-
-def test_local_serving_serves_the_checkpoint_under_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dataclasses
-
-    from qualify.serving.local_servers import LocalServing
-
-    profile = load_profile("fixture")
-    assert profile.local_server is not None
-    spec = dataclasses.replace(profile.local_server, serve_checkpoint=True, draft=None, method="dflash",
-                               exercised="DFlash proposer on CPU")
-    monkeypatch.setattr(type(profile), "local_server", property(lambda self: spec))
-    checkpoint = tmp_path / "ckpt"
-    local = LocalServing(profile, tmp_path / "logs", checkpoint=checkpoint)
-    assert local.draft == checkpoint.resolve()
-    summary = local.summary()
-    assert summary["draft_is_checkpoint"] is True and summary["method"] == "dflash"
-    assert "the checkpoint under test itself" in summary["note"]
-    assert summary["exercised"] == "DFlash proposer on CPU"
-    # Without a checkpoint folder there is nothing to serve: every serving check is told why.
-    none = LocalServing(profile, tmp_path / "logs")
-    with pytest.raises(HarnessError, match="serve_checkpoint is set but the run has no checkpoint"):
-        none.endpoint()
-    none.stop()
-
-
-def test_missing_vllm_venv_names_the_setup_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("QUALIFY_VLLM_VENV", str(tmp_path / "nowhere"))
-    with pytest.raises(HarnessError) as info:
-        find_vllm_python()
-    assert "scripts/setup-vllm-cpu.sh" in str(info.value)
-    (tmp_path / "nowhere" / "bin").mkdir(parents=True)
-    (tmp_path / "nowhere" / "bin" / "python").touch()
-    with pytest.raises(HarnessError, match="incomplete"):  # no stamp: a half-built venv is not used
-        find_vllm_python()
 
 
 # -- the serving fixture ---------------------------------------------------------------------
