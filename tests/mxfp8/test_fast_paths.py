@@ -7,7 +7,6 @@ slower formulation; these tests pin them to it, byte for byte and float for floa
 
 from __future__ import annotations
 
-import io
 import threading
 
 import pytest
@@ -20,7 +19,6 @@ from qualify.errors import QuantizationError
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
 from qualify.mxfp8.codec import RECIPES, MXFP8Weight, ScaleRecipe, quantize
-from qualify.util import progress
 
 
 def wide_bf16(rows: int, k: int, seed: int, low: int = -140, high: int = 120) -> torch.Tensor:
@@ -229,41 +227,3 @@ def test_thread_map_keeps_order_bounds_work_and_raises_in_place() -> None:
         list(checksums.thread_map(abs, [1], workers=0))
 
 
-def test_plain_progress_lines_only_for_long_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    log = io.StringIO()
-    monkeypatch.setattr(progress, "_ORIGINAL_STDERR", log)
-    monkeypatch.setattr(progress, "_terminal", lambda: None)
-    with progress.StepProgress("reproduce", "3 tensors", 3000) as bar:  # a short step
-        bar.advance(3000)
-    assert log.getvalue() == ""
-    with progress.StepProgress("reproduce", "3 tensors", 3000, interval=0.0) as bar:
-        for _ in range(3):
-            bar.advance(1000)
-    lines = log.getvalue().splitlines()
-    assert len(lines) == 4 and lines[0].startswith("reproduce 3 tensors: 1.0 kB of 3.0 kB (33%)")
-    assert lines[-1].endswith(", done")
-    with progress.StepProgress("sha256", "1 file", 10, show=False) as bar:
-        assert not bar.active
-
-
-def test_a_long_wait_prints_a_heartbeat_and_a_short_one_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    log = io.StringIO()
-    monkeypatch.setattr(progress, "_ORIGINAL_STDERR", log)
-    monkeypatch.setattr(progress, "_terminal", lambda: None)
-    with progress.WaitProgress("the vLLM server", 600) as wait:  # ready before the first interval
-        wait.tick("/v1/models not answering yet")
-    assert log.getvalue() == ""
-    with progress.WaitProgress("the vLLM server", 600, interval=0.0) as wait:
-        wait.tick("/v1/models not answering yet")
-        wait.tick("")
-    lines = log.getvalue().splitlines()
-    assert len(lines) == 3, lines
-    assert lines[0].startswith("waiting for the vLLM server: ") and lines[0].endswith(
-        " s of at most 600 s; /v1/models not answering yet")
-    assert lines[-1].endswith(", ready")
-    log.truncate(0)
-    log.seek(0)
-    with pytest.raises(RuntimeError), progress.WaitProgress("the runtime", 60, interval=0.0) as wait:
-        wait.tick()
-        raise RuntimeError("the server died")
-    assert log.getvalue().splitlines()[-1].endswith(", stopped")
