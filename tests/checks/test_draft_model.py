@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,7 @@ from safetensors.torch import load_file
 
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks import draft_model as dm
-from qualify.errors import QualifyError
 from qualify.mxfp8 import codec as mxfp8
-from qualify.release.convert import convert
 from tests.helpers import write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,21 +153,3 @@ def test_an_unknown_architecture_is_not_verified() -> None:
     assert check(FIXTURE / "mxfp8", dict(fixture_config(), architectures=["LlamaForCausalLM"])).ok
 
 
-def test_the_converter_never_quantizes_what_the_runtime_builds_unquantized(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    manifest = convert(FIXTURE / "source", out, source_repo="o/r", source_revision="0" * 40, exclude=["lm_head"])
-    entry = next(e for e in manifest["tensors"] if e["source_name"] == PROJ + ".weight")
-    assert entry["action"] == "excluded"
-    assert PROJ in manifest["quantization"]["excluded_modules"]
-    assert PROJ in json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
-    assert PROJ in json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
-    assert check(out).ok
-
-
-def test_the_converter_refuses_an_unreadable_source_config(tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    shutil.copytree(FIXTURE / "source", src)
-    (src / "config.json").write_text("{not json")
-    with pytest.raises(QualifyError, match=r"config\.json"):
-        convert(src, tmp_path / "out", source_repo="o/r", source_revision="0" * 40)
-    assert not (tmp_path / "out").exists()

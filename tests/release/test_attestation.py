@@ -26,9 +26,8 @@ from qualify import __version__
 from qualify.cli import main
 from qualify.errors import AttestationError, HarnessError, SigningKeyError
 from qualify.release import attestation as a
-from qualify.release.checklist import level_checks, suite_checks
+from qualify.release.checklist import level_checks
 from qualify.release.gate import Expected, attestation_refusals
-from qualify.report.model import LEVELS
 from qualify.util.escape import escape_terminal
 from tests.helpers import FIXTURE, REPO, TRACEBACK, run_qualify, write_key
 
@@ -550,40 +549,6 @@ def test_the_statement_records_the_paired_levels_prompt_sets_and_chat_template()
     measured["chat_template"] = {"sha256": None, "note": "not verified"}  # an unread template is not attested
     config = {d["name"]: d for d in a.build_statement(report, "r" * 64)["predicate"]["configuration"]}
     assert "prompts/chat-template" not in config
-
-
-# ---------------------------------------------------------------- the check list (fast)
-
-def test_the_check_list_is_what_the_suites_collect():
-    """The list the gate reads from the suites' source is exactly what pytest collects from them."""
-    import pytest as pt
-
-    from qualify.run.suite_plugin import check_id, level_of
-
-    collected: list[str] = []
-
-    class Collector:
-        def pytest_collection_finish(self, session):
-            collected.extend(check_id(it, level_of(it)) for it in session.items if level_of(it))
-
-    code = pt.main([str(REPO / "suites"), "--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                    f"--confcutdir={REPO}"], plugins=[Collector()])
-    assert code == 0
-    defined = level_checks()
-    assert sorted(collected) == sorted(cid for ids in defined.values() for cid in ids)
-    assert set(defined) == set(LEVELS)
-    assert all(defined[lv] for lv in ("structure", "format", "reproduction", "load", "smoke"))
-
-
-def test_a_suite_module_is_read_without_importing_it():
-    source = ("import pytest\npytestmark = pytest.mark.format\n"
-              "def test_a(): pass\nasync def test_b(): pass\ndef helper(): pass\n")
-    assert suite_checks(source) == ("format", ("format.a", "format.b"))
-    assert suite_checks("def test_a(): pass\n") == (None, ())
-    with pytest.raises(HarnessError, match="carries a level mark of its own"):
-        suite_checks("import pytest\npytestmark = pytest.mark.format\n@pytest.mark.load\ndef test_a(): pass\n")
-    with pytest.raises(HarnessError, match="does not parse"):
-        suite_checks("def test_a(:\n")
 
 
 # ---------------------------------------------------------------- the card cites it
