@@ -16,7 +16,8 @@ HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when ret
 
 
 def row(port: int, state: str, inode: int, address: str = "0100007F") -> str:
-    return f"   0: {address}:{port:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000     0        0 {inode}\n"
+    return (f"   0: {address}:{port:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000     0        0 "
+            f"{inode}\n")
 
 
 @pytest.fixture
