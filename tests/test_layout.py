@@ -4,6 +4,7 @@ the profile is read. Each rule is checked on the code itself, so a change that b
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,38 @@ def test_each_part_imports_only_the_parts_below_it() -> None:
         for other in sorted(imported_parts(path) - MAY_IMPORT[part] - {part}):
             wrong.append(f"{rel} imports qualify.{other}")
     assert wrong == []
+
+
+def mirror_of(module: Path) -> Path:
+    """The test module of a library module: tests/<part>/test_<module>.py, or tests/test_<module>.py at the top."""
+    rel = module.relative_to(PACKAGE)
+    return REPO / "tests" / rel.parent / f"test_{rel.name}"
+
+
+#: How a test runs a subcommand through the CLI: run_qualify("card", ...), [python, "-m", "qualify.cli", "card", ...]
+#: or main(["card", ...]).
+CLI_CALL = r'(?:run_qualify\(\s*|"qualify\.cli",\s*|main\(\[\s*){name}'
+
+
+def test_every_library_module_has_its_mirror_test_module() -> None:
+    """Tests mirror the package (README, "Development"): each module qualify/<part>/<m>.py has its tests in
+    tests/<part>/test_<m>.py, and qualify/<m>.py in tests/test_<m>.py; a package's __init__.py holds nothing of
+    its own to test.
+
+    The subcommands (qualify/commands/<name>.py) are the exception: each parses its arguments and calls the
+    library, whose modules have their mirrors, so its tests are the CLI's own. A command module needs either
+    tests/commands/test_<name>.py or a test that runs ``qualify <name>`` through the CLI (run_qualify,
+    ``python -m qualify.cli <name>`` or ``main([<name>, ...])``).
+    """
+    modules = [p for p in python_files(PACKAGE) if p.name != "__init__.py"]
+    commands = [p for p in modules if p.parent == PACKAGE / "commands"]
+    missing = [f"{p.relative_to(REPO)} -> {mirror_of(p).relative_to(REPO)}"
+               for p in modules if p not in commands and not mirror_of(p).is_file()]
+    assert missing == [], "library modules without their mirror test module"
+
+    tests = "\n".join(p.read_text(encoding="utf-8") for p in python_files(REPO / "tests"))
+    unexercised = [p.relative_to(REPO).as_posix() for p in commands
+                   if not mirror_of(p).is_file()
+                   and not re.search(CLI_CALL.format(name=re.escape(f'"{p.stem}"')), tests)]
+    assert unexercised == [], "subcommands neither mirrored in tests/commands/ nor run through the CLI by a test"
+    assert len(modules) > 50 and len(commands) >= 7  # the walk found the package, not an empty folder
