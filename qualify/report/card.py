@@ -204,8 +204,14 @@ def source_identity_note(run: Run) -> str | None:
             "revision; prove it (profile digests, a hub cache snapshot or the hub) for a release.")
 
 
-def runtime_conditions(conditions: dict[str, Any]) -> list[str]:
-    """The runtime conditions in the model card's words (target, runtime, hardware, parallelism, backends)."""
+def runtime_conditions(conditions: dict[str, Any], built: dict[str, Any] | None = None) -> list[str]:
+    """The runtime conditions in the model card's words (target, runtime, hardware, parallelism, backends).
+
+    Args:
+        conditions: the profile's conditions as the run recorded them.
+        built: the run's ``runtime_image_build`` record, when the run built its image here: a profile
+            that pins no digest ran the image ID built, and the card names that ID.
+    """
     c = conditions
     lines = []
     t = c.get("target") or {}
@@ -213,7 +219,13 @@ def runtime_conditions(conditions: dict[str, Any]) -> list[str]:
         lines.append(f"- Target: {t['repo']}" + (f" revision {t['revision']}" if t.get("revision") else " (unpinned)"))
     rt = c.get("runtime") or {}
     if rt.get("image"):
-        lines.append(f"- Runtime: {rt['image']}" + (f" ({rt['digest']})" if rt.get("digest") else ""))
+        if rt.get("digest"):
+            pin = f" ({rt['digest']})"
+        elif built and built.get("image_id") and not built.get("error"):
+            pin = f" (image {built['image_id']}, pinned {built.get('pinned') or 'to the image the run built'})"
+        else:
+            pin = ""
+        lines.append(f"- Runtime: {rt['image']}{pin}")
     hw = c.get("hardware") or {}
     on_gpus = bool(hw.get("count"))
     if on_gpus:
@@ -478,8 +490,8 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     if heading:
         out += [heading, ""]
     out.append(status_head(run, card_words(run), _not_passed_words(run)))
-    conditions = (runtime_conditions(run.profile.get("conditions") or {}) if ran_runtime_levels(run)
-                  else checkpoint_conditions(run))
+    conditions = (runtime_conditions(run.profile.get("conditions") or {}, run.environment.get("runtime_image_build"))
+                  if ran_runtime_levels(run) else checkpoint_conditions(run))
     if conditions:
         out += ["", *conditions]
     facts = runtime_facts(run)

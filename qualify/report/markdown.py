@@ -38,7 +38,7 @@ _MARK = {
 def condition_lines(run: Run) -> list[str]:
     lines = checkpoint_conditions(run)
     if ran_runtime_levels(run):
-        lines += runtime_conditions(run.profile.get("conditions") or {})
+        lines += runtime_conditions(run.profile.get("conditions") or {}, run.environment.get("runtime_image_build"))
     return lines
 
 

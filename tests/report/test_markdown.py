@@ -106,3 +106,16 @@ def test_the_summary_says_when_the_source_was_trusted_without_proof():
     assert lines[-2].startswith("source: Source identity not verified: the source folder was trusted on "
                                 "--trust-local-source")
     assert lines[-1] == "verdict: qualified"
+
+
+def test_a_run_that_built_its_image_names_the_image_id_it_ran() -> None:
+    """A profile pinning no digest ran the image the run built: the card names that ID, or nothing pins it."""
+    built = {"image": "qualify-vllm-cpu:latest", "image_id": "sha256:" + "ab" * 32, "built": False,
+             "pinned": "to the image ID built from this repository's runtimes/vllm-cpu"}
+    run = run_with({n: Status.PASSED for n in ("structure", "format", "reproduction", "load")}, "fixture-dflash-cpu")
+    assert "- Runtime: qualify-vllm-cpu:latest" in validation_status(run).splitlines()  # no build recorded: no ID
+    run.environment["runtime_image_build"] = built
+    assert (f"- Runtime: qualify-vllm-cpu:latest (image sha256:{'ab' * 32}, pinned to the image ID built from this "
+            "repository's runtimes/vllm-cpu)") in validation_status(run).splitlines()
+    run.environment["runtime_image_build"] = {"error": "no Docker engine answers"}  # a failed build pins nothing
+    assert "- Runtime: qualify-vllm-cpu:latest" in validation_status(run).splitlines()
