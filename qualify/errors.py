@@ -181,6 +181,13 @@ class ReadinessTimeout(RuntimeFailure):
     """The container kept running but did not serve the model before the deadline."""
 
 
+class ServesAnotherModel(RuntimeFailure):
+    """The runtime answered /v1/models with models, none of them the one it must serve.
+
+    A served name is fixed when the server starts, so waiting longer cannot change the answer.
+    """
+
+
 class RuntimeNotStarted(RuntimeFailure):
     """The runtime container could not be started; the checks that need it cannot run."""
 

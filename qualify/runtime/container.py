@@ -38,6 +38,7 @@ from qualify.errors import (
     PortInUse,
     ReadinessTimeout,
     RuntimeFailure,
+    ServesAnotherModel,
     UnpinnedLaunch,
 )
 from qualify.report.model import Evidence
@@ -317,6 +318,11 @@ class RuntimeContainer:
                         self.readiness = Readiness(health_s, time.monotonic() - self.started_at, models, polls)
                         return self.readiness
                     last = f"/v1/models lists {models}, not {self.plan.served_model_name!r}"
+                    if models:
+                        raise ServesAnotherModel(
+                            f"the runtime at {self.plan.endpoint} answers, but {last} (a served name is set when the "
+                            "server starts: check SERVED_MODEL_NAME, or whether another server holds the port)",
+                            log_tail=self.log_tail())
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
             tick(last)

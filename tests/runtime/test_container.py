@@ -196,13 +196,15 @@ def test_wrong_evidence_is_a_failed_check(docker_client: Any, standin: str, tmp_
 
 
 @pytest.mark.docker
-@pytest.mark.slow  # waits out its readiness deadline by design
-def test_a_server_that_serves_another_model_is_not_ready(docker_client: Any, standin: str, tmp_path: Path) -> None:
+def test_a_server_that_serves_another_model_fails_readiness_at_once(docker_client: Any, standin: str,
+                                                                    tmp_path: Path) -> None:
+    """A served name is fixed at start: the first answer that lists other models ends the wait, not the deadline."""
     plan = fault_plan(docker_client, tmp_path, "wrong-model")
     lists = r"lists \['dflash2-tiny-target-other'\], not 'dflash2-tiny-target'"
-    # Long enough for the server to answer /v1/models with the other name however loaded the machine.
-    with pytest.raises(errors.ReadinessTimeout, match=lists), c.launched(docker_client, plan) as rt:
-        rt.wait_ready(20)
+    with pytest.raises(errors.ServesAnotherModel, match=lists) as info, c.launched(docker_client, plan) as rt:
+        rt.wait_ready(READY_GUARD_S)
+    assert "SERVED_MODEL_NAME" in str(info.value) and "another server holds the port" in str(info.value)
+    assert rt.readiness is None
     assert_gone(plan)
 
 
