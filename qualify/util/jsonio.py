@@ -13,7 +13,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,26 +42,31 @@ def _is_utf8_encodable(s: str) -> bool:
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def _find_lone_surrogate(obj: Any) -> tuple[str | int, ...] | None:
-    """The path to the first string (a key: the path to its object) that is not valid Unicode."""
-    # Iterative, like _find_duplicate; every key of an object is checked before any path
-    # through it is returned, so a path never holds the bad string itself.
+def _walk(obj: Any) -> Iterator[tuple[tuple[str | int, ...], Any]]:
+    """Every node of a parsed document with its path, in document order (an object before its members)."""
+    # Iterative so that a deeply nested (but parseable) document cannot overflow the stack.
     stack: list[tuple[tuple[str | int, ...], Any]] = [((), obj)]
     while stack:
         path, node = stack.pop()
-        if isinstance(node, str):
-            if not _is_utf8_encodable(node):
-                return path
-            continue
+        yield path, node
         if isinstance(node, dict):
-            if not all(_is_utf8_encodable(key) for key in node):
-                return path
             children: list[tuple[str | int, Any]] = list(node.items())
         elif isinstance(node, list):
             children = list(enumerate(node))
         else:
             continue
         stack.extend((((*path, k), v) for k, v in reversed(children)))
+
+
+def _find_lone_surrogate(obj: Any) -> tuple[str | int, ...] | None:
+    """The path to the first string (a key: the path to its object) that is not valid Unicode."""
+    # An object's keys are checked when the object is reached, before any of its members, so a
+    # path never holds the bad string itself.
+    for path, node in _walk(obj):
+        if isinstance(node, str) and not _is_utf8_encodable(node):
+            return path
+        if isinstance(node, dict) and not all(_is_utf8_encodable(key) for key in node):
+            return path
     return None
 
 
@@ -93,19 +98,9 @@ def _reject_constant(name: str) -> Any:
 
 def _find_duplicate(obj: Any) -> tuple[tuple[str | int, ...], str] | None:
     """The path to the first object, in document order, that repeated a key."""
-    # Iterative so that a deeply nested (but parseable) document cannot overflow the stack.
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), obj)]
-    while stack:
-        path, node = stack.pop()
+    for path, node in _walk(obj):
         if isinstance(node, _DupDict):
             return path, node.duplicate
-        if isinstance(node, dict):
-            children: list[tuple[str | int, Any]] = list(node.items())
-        elif isinstance(node, list):
-            children = list(enumerate(node))
-        else:
-            continue
-        stack.extend((((*path, k), v) for k, v in reversed(children)))
     return None
 
 
