@@ -286,7 +286,9 @@ def paired_result(
     # Read after the measurement: both engines logged their settings long before they answered.
     logs, why = _paired_logs(request)
     if logs is None:
+        # A comparison is fair only between identical engines but for the draft: unseen is not shown.
         evidence.measured["engine_settings"] = {"verified": False, "why": why}
+        evidence.add(f"the two servers' engine settings were not verified: {why}")
     else:
         same = same_engine_settings(logs)
         evidence.measured["engine_settings"] = {"verified": True, "summary": same.summary, **same.measured,

@@ -69,6 +69,12 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
     runtime.add_argument("--reference-endpoint", help="the target served without a speculator (losslessness)")
     runtime.add_argument("--source-endpoint",
                          help="the target served with the source draft, same settings (the paired level)")
+    runtime.add_argument("--server-log", type=Path,
+                         help="the log file of the --endpoint server (the smoke level's log evidence; with "
+                         "--source-server-log, the paired level's engine-settings comparison)")
+    runtime.add_argument("--source-server-log", type=Path,
+                         help="the log file of the --source-endpoint server: the paired level verifies that both "
+                         "servers run the same engine settings but for the draft, and fails when it cannot")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -114,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
         image_digest=args.image_digest, allow_unpinned=args.allow_unpinned, hf_cache=args.hf_cache,
         trust_local_source=args.trust_local_source,
         endpoint=args.endpoint, reference_endpoint=args.reference_endpoint, source_endpoint=args.source_endpoint,
+        # Absolute: the suites may read them from another working directory.
+        server_log=args.server_log.resolve() if args.server_log else None,
+        source_server_log=args.source_server_log.resolve() if args.source_server_log else None,
         junit_xml=args.junit_xml,
         command=["qualify", *sys.argv[1:]], fetch_source=args.default_levels == "run",
         sign_key=sign_key, sign_model=args.sign_model,

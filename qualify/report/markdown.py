@@ -158,8 +158,8 @@ def paired_lines(check: Check) -> list[str]:
         elif engine.get("verified") is True:
             out.append("- Engine settings: **the arms ran different engine configurations** (see the findings)")
         else:
-            out.append("- Engine settings: **not verified**, both arms' servers are assumed to run the same engine "
-                       f"settings ({escape_markdown(engine.get('why') or 'their logs were not available')})")
+            out.append("- Engine settings: **not verified**, so the comparison is not shown to be fair and the "
+                       f"level does not pass ({escape_markdown(engine.get('why') or 'their logs were not available')})")
     return [*out, ""]
 
 

@@ -51,6 +51,9 @@ class RunOptions:
     endpoint: str | None = None
     reference_endpoint: str | None = None
     source_endpoint: str | None = None
+    #: The logs of servers given by endpoint (the smoke level's evidence, the paired level's engine settings).
+    server_log: Path | None = None
+    source_server_log: Path | None = None
     junit_xml: Path | None = None
     command: Sequence[str] = ()
     extra_suite_args: Sequence[str] = ()
@@ -190,6 +193,7 @@ def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
     for flag, value in (("--draft-revision", draft.revision), ("--image-digest", opts.image_digest),
                         ("--hf-cache", opts.hf_cache), ("--endpoint", opts.endpoint),
                         ("--reference-endpoint", opts.reference_endpoint), ("--source-endpoint", opts.source_endpoint),
+                        ("--server-log", opts.server_log), ("--source-server-log", opts.source_server_log),
                         # pytest writes JUnit into the run folder; deliver_junit copies it where it was asked for
                         # once the report is written, so a path that cannot be written never costs the report.
                         ("--junitxml", run_dir / JUNIT_NAME if opts.junit_xml else None)):
@@ -236,6 +240,9 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     check_endpoint(opts.endpoint)
     check_endpoint(opts.reference_endpoint, "--reference-endpoint")
     check_endpoint(opts.source_endpoint, "--source-endpoint")
+    for flag, log in (("--server-log", opts.server_log), ("--source-server-log", opts.source_server_log)):
+        if log is not None and not log.is_file():
+            raise UsageError(f"{flag} {log}: no such file (the log of the server given by endpoint)")
     profile = opts.profile
     if opts.target is not None and profile.serves_from_runtime:
         # Its runtime containers mount [local_server].target where MODEL_REVISION names it: another folder

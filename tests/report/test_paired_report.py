@@ -71,8 +71,8 @@ def test_a_prompt_pair_records_its_differences() -> None:
     ({"verified": True, "findings": ["max_num_seqs differs"]},
      "- Engine settings: **the arms ran different engine configurations** (see the findings)"),
     ({"verified": False, "why": "the source server was not started by this run"},
-     "- Engine settings: **not verified**, both arms' servers are assumed to run the same engine settings (the "
-     "source server was not started by this run)"),
+     "- Engine settings: **not verified**, so the comparison is not shown to be fair and the level does not pass "
+     "(the source server was not started by this run)"),
 ])
 def test_the_markdown_section_says_whether_both_arms_ran_the_same_engine(engine, line) -> None:
     check = paired_check(lambda i, s: s)
