@@ -11,7 +11,8 @@ with vLLM's per-request metrics:
   weights doubled) -- a conversion defect that still loads and still drafts well.
 
 The good draft must pass the fixture profile's [paired] gate at batch 1 and at concurrency 4, run
-through the suites as a user does (``--endpoint``/``--source-endpoint``), and their report.md must
+through the suites as a user does (``--endpoint``/``--source-endpoint`` with both servers' logs, whose
+engine settings must be identical but for the draft), and their report.md must
 show both drafts, the interval, the margin and the charts; the damaged one must fail the gate (at
 concurrency 4: greedy decoding gives the good draft the same counts at 1 and 4) while it still
 clears the profile's absolute [acceptance] thresholds (the case the paired gate exists for).
@@ -161,6 +162,7 @@ def test_the_good_draft_is_within_the_margin_of_its_source_and_the_report_shows_
     args = [sys.executable, "-m", "pytest", "suites", "-p", "no:cacheprovider", "-q", "--checkpoint",
             str(REPO / "fixtures" / "dflash2-tiny" / "mxfp8"), "--profile", PROFILE, "--levels", "paired",
             f"--endpoint={servers['good'].endpoint}", f"--source-endpoint={servers['source'].endpoint}",
+            f"--server-log={servers['good'].log_path}", f"--source-server-log={servers['source'].log_path}",
             "--report-dir", str(tmp_path)]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
     reports = sorted(tmp_path.glob("*/report.json"))
@@ -169,6 +171,9 @@ def test_the_good_draft_is_within_the_margin_of_its_source_and_the_report_shows_
     assert run.level("paired").status is Status.PASSED, proc.stdout[-3000:]
     (check,) = run.level("paired").checks
     assert check.evidence is not None
+    # Both servers' logged engine configurations compared: identical but for the draft.
+    engine = check.evidence.measured["engine_settings"]
+    assert engine["verified"] is True and engine["differing_keys"] == [] and engine["findings"] == []
     by_concurrency = check.evidence.measured["concurrency"]
     assert sorted(by_concurrency, key=int) == ["1", "4"] and all(d["passed"] for d in by_concurrency.values())
     RESULTS["good"] = {c: {"relative_rate": d["overall"]["difference"]["acceptance_rate"]["relative"],
