@@ -250,21 +250,41 @@ def _runtime_companion(request: pytest.FixtureRequest, role: str) -> bool:
 
 
 def _paired_logs(request: pytest.FixtureRequest) -> tuple[dict[str, str] | None, str]:
-    """Both paired servers' logs (checkpoint, source), or None and why they are not known."""
+    """Both paired servers' logs (checkpoint, source), or None and why they are not known.
+
+    Each side's log is its flag's file (``--server-log``, ``--source-server-log``) or, for a server this
+    run started (a local server, the runtime or its companion), that server's own log; a server given
+    by endpoint with no log file is not seen.
+    """
     config = request.config
-    explicit = config.getoption("--server-log"), config.getoption("--source-server-log")
-    if all(explicit):
-        return {"checkpoint": read_log(Path(explicit[0])), "source": read_log(Path(explicit[1]))}, ""
     local = _local_serving(config)
-    if local is not None and "source" in local.servers and not config.getoption("--source-endpoint"):
-        return {"checkpoint": read_log(local.servers["speculative"].log_path),
-                "source": read_log(local.servers["source"].log_path)}, ""
-    if local is None and _runtime_companion(request, "source") and not config.getoption("--endpoint"):
-        logs = request.getfixturevalue("serving_runtime").server_logs()
-        if "runtime" in logs and "source" in logs:
-            return {"checkpoint": logs["runtime"](), "source": logs["source"]()}, ""
-    return None, ("the servers were not started by this run; give --server-log and --source-server-log to compare "
-                  "their engine settings")
+    started = (request.getfixturevalue("serving_runtime").server_logs()
+               if local is None and serving_uses_runtime(config) else {})
+    checkpoint: str | None = None
+    if config.getoption("--server-log"):
+        checkpoint = read_log(Path(config.getoption("--server-log")))
+    elif not config.getoption("--endpoint"):
+        if local is not None and "speculative" in local.servers:
+            checkpoint = read_log(local.servers["speculative"].log_path)
+        elif "runtime" in started:
+            checkpoint = started["runtime"]()
+    source: str | None = None
+    if config.getoption("--source-server-log"):
+        source = read_log(Path(config.getoption("--source-server-log")))
+    elif not config.getoption("--source-endpoint"):
+        if local is not None and "source" in local.servers:
+            source = read_log(local.servers["source"].log_path)
+        elif "source" in started:
+            source = started["source"]()
+    if checkpoint is not None and source is not None:
+        return {"checkpoint": checkpoint, "source": source}, ""
+    missing = [(who, flag) for who, flag, log in (("checkpoint's", "--server-log", checkpoint),
+                                                  ("source draft's", "--source-server-log", source)) if log is None]
+    if len(missing) == 2:
+        return None, ("the servers were not started by this run; give --server-log and --source-server-log to "
+                      "compare their engine settings")
+    (who, flag), = missing
+    return None, f"the {who} server was not started by this run; give {flag} to compare the engine settings"
 
 
 @pytest.fixture(scope="session")

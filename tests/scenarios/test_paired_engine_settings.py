@@ -70,6 +70,13 @@ def test_without_both_servers_logs_the_comparison_is_not_verified_and_fails(tmp_
             "--server-log and --source-server-log") in check.evidence.failure_text()  # type: ignore[union-attr]
     md = (next((tmp_path / "no-logs").glob("*/report.md"))).read_text(encoding="utf-8")
     assert "- Engine settings: **not verified**" in md
+    # One side seen is not both: the finding names the log still missing.
+    ckpt = _log(tmp_path / "ckpt.log", "/drafts/mxfp8")
+    proc, run = _paired(tmp_path, "one-log", "--server-log", str(ckpt))
+    (check,) = run.level("paired").checks
+    assert check.status is Status.FAILED and proc.returncode == 1
+    assert ("engine settings were not verified: the source draft's server was not started by this run; give "
+            "--source-server-log") in check.evidence.failure_text()  # type: ignore[union-attr]
 
 
 @pytest.mark.slow
