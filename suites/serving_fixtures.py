@@ -260,22 +260,18 @@ def _paired_logs(request: pytest.FixtureRequest) -> tuple[dict[str, str] | None,
     local = _local_serving(config)
     started = (request.getfixturevalue("serving_runtime").server_logs()
                if local is None and serving_uses_runtime(config) else {})
-    checkpoint: str | None = None
-    if config.getoption("--server-log"):
-        checkpoint = read_log(Path(config.getoption("--server-log")))
-    elif not config.getoption("--endpoint"):
-        if local is not None and "speculative" in local.servers:
-            checkpoint = read_log(local.servers["speculative"].log_path)
-        elif "runtime" in started:
-            checkpoint = started["runtime"]()
-    source: str | None = None
-    if config.getoption("--source-server-log"):
-        source = read_log(Path(config.getoption("--source-server-log")))
-    elif not config.getoption("--source-endpoint"):
-        if local is not None and "source" in local.servers:
-            source = read_log(local.servers["source"].log_path)
-        elif "source" in started:
-            source = started["source"]()
+
+    def side(log_flag: str, endpoint_flag: str, local_role: str, started_role: str) -> str | None:
+        if config.getoption(log_flag):
+            return read_log(Path(config.getoption(log_flag)))
+        if config.getoption(endpoint_flag):
+            return None  # a server given by endpoint: only its log file shows its settings
+        if local is not None and local_role in local.servers:
+            return read_log(local.servers[local_role].log_path)
+        return started[started_role]() if started_role in started else None
+
+    checkpoint = side("--server-log", "--endpoint", "speculative", "runtime")
+    source = side("--source-server-log", "--source-endpoint", "source", "source")
     if checkpoint is not None and source is not None:
         return {"checkpoint": checkpoint, "source": source}, ""
     missing = [(who, flag) for who, flag, log in (("checkpoint's", "--server-log", checkpoint),
