@@ -41,7 +41,7 @@ from typing import Any
 from qualify.checkpoint.files import is_never_loaded, list_checkpoint_files
 from qualify.errors import AttestationError, HarnessError, JsonProblem, SigningKeyError
 from qualify.util.atomic import atomic_write_text
-from qualify.util.jsonio import json_path, parse_strict
+from qualify.util.jsonio import located, parse_strict
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
@@ -438,8 +438,7 @@ def read_envelope(path: Path) -> dict[str, Any]:
         # The one strict reader: a duplicate key is refused, never resolved by the last one winning.
         data = parse_strict(stripped, text.index(stripped[0]))
     except JsonProblem as exc:
-        where = f" at {json_path(exc.path)}" if exc.path else ""
-        raise AttestationError(f"{path}: not a readable DSSE envelope: {exc}{where}") from None
+        raise AttestationError(f"{path}: not a readable DSSE envelope: {exc}{located(exc)}") from None
     if not isinstance(data, dict) or not {"payload", "payloadType", "signatures"} <= set(data):
         raise AttestationError(f"{path}: not a DSSE envelope (payload, payloadType and signatures are required)")
     return data

@@ -27,7 +27,7 @@ from typing import Any
 
 from qualify.errors import JsonProblem, UsageError
 from qualify.serving.client import Prompt, PromptSet, load_prompts
-from qualify.util.jsonio import json_path, parse_strict
+from qualify.util.jsonio import located, parse_strict
 
 FORMATS: tuple[str, ...] = ("qualify", "mt-bench", "gsm8k", "humaneval")
 #: What a standard set's licence line says: the harness does not verify a downloaded file's licence.
@@ -158,10 +158,6 @@ def set_identity(ps: PromptSet, fmt: str, total: int | None = None) -> dict[str,
     return out
 
 
-def _at(exc: JsonProblem) -> str:
-    return f" at {json_path(exc.path)}" if exc.path else ""
-
-
 def chat_template_identity(model_dir: Path | None) -> dict[str, Any]:
     """The sha256 of the chat template a local model folder carries, or why it is not known.
 
@@ -181,7 +177,7 @@ def chat_template_identity(model_dir: Path | None) -> dict[str, Any]:
         template = parse_strict(config.read_text(encoding="utf-8"), 0).get("chat_template")
     except JsonProblem as exc:
         return {"sha256": None, "source": str(config),
-                "note": f"not verified: {config.name} is not strict JSON ({exc}{_at(exc)}); the template "
+                "note": f"not verified: {config.name} is not strict JSON ({exc}{located(exc)}); the template "
                         "the server uses is not known"}
     except (OSError, ValueError, AttributeError):
         template = None

@@ -136,6 +136,11 @@ def parse_strict(text: str, byte_base: int) -> Any:
     return obj
 
 
+def located(exc: JsonProblem) -> str:
+    """`` at $.a[0]`` for a problem found at a path in the document; empty for one that has none."""
+    return f" at {json_path(exc.path)}" if exc.path else ""
+
+
 def json_path(path: tuple[str | int, ...]) -> str:
     out = ""
     for part in path:
@@ -199,8 +204,7 @@ def load_json_file(
     try:
         obj = parse_strict(text, byte_base=0)
     except JsonProblem as exc:
-        where = f" at {json_path(exc.path)}" if exc.path else ""
-        raise fail(f"{exc.message}{where}") from None
+        raise fail(f"{exc.message}{located(exc)}") from None
     if require_object and not isinstance(obj, dict):
         raise fail(f"top level must be a JSON object, got {type_name(obj)}")
     return obj
