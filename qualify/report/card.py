@@ -204,6 +204,11 @@ def source_identity_note(run: Run) -> str | None:
             "revision; prove it (profile digests, a hub cache snapshot or the hub) for a release.")
 
 
+def run_runtime_conditions(run: Run) -> list[str]:
+    """:func:`runtime_conditions` of a run: its profile's conditions and the image it built, if it built one."""
+    return runtime_conditions(run.profile.get("conditions") or {}, run.environment.get("runtime_image_build"))
+
+
 def runtime_conditions(conditions: dict[str, Any], built: dict[str, Any] | None = None) -> list[str]:
     """The runtime conditions in the model card's words (target, runtime, hardware, parallelism, backends).
 
@@ -490,8 +495,7 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     if heading:
         out += [heading, ""]
     out.append(status_head(run, card_words(run), _not_passed_words(run)))
-    conditions = (runtime_conditions(run.profile.get("conditions") or {}, run.environment.get("runtime_image_build"))
-                  if ran_runtime_levels(run) else checkpoint_conditions(run))
+    conditions = run_runtime_conditions(run) if ran_runtime_levels(run) else checkpoint_conditions(run)
     if conditions:
         out += ["", *conditions]
     facts = runtime_facts(run)

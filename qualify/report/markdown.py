@@ -10,6 +10,7 @@ from qualify.report.card import (
     join_words,
     ran_runtime_levels,
     reproducibility_note,
+    run_runtime_conditions,
     runtime_conditions,
     source_identity_note,
     source_lines,
@@ -38,7 +39,7 @@ _MARK = {
 def condition_lines(run: Run) -> list[str]:
     lines = checkpoint_conditions(run)
     if ran_runtime_levels(run):
-        lines += runtime_conditions(run.profile.get("conditions") or {}, run.environment.get("runtime_image_build"))
+        lines += run_runtime_conditions(run)
     return lines
 
 
