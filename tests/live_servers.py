@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +44,7 @@ import pytest
 
 from qualify.errors import HarnessError
 from qualify.profile import load_profile
+from qualify.runtime.companions import usable_cores
 from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
 from qualify.serving.specdecode import PER_REQUEST_FLAG
 from qualify.serving.vllm_server import ServerPlan, VLLMServer, plan_for_profile, start_together
@@ -182,7 +182,7 @@ class LiveServers:
     def _start(self, plans: dict[str, ServerPlan], names: dict[str, str]) -> None:
         if not plans:
             return
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+        cores = usable_cores() or (0,)
         busy = {c: 0 for c in cores}
         for key in self._servers:
             if self._cores.get(key) in busy:

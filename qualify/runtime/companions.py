@@ -17,6 +17,7 @@ removes it with the load level's container.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,10 +101,15 @@ def bind_core(plan: LaunchPlan, core: int) -> LaunchPlan:
     return dataclasses.replace(plan, env=tuple(env.items()))
 
 
+def usable_cores() -> tuple[int, ...]:
+    """The cores this process may run on, in order; empty where the platform cannot tell."""
+    return tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+
+
 def core_of(index: int, cores: Sequence[int]) -> int | None:
     """The core of the ``index``-th engine of a run (round robin over ``cores``; None when none is known)."""
     return cores[index % len(cores)] if cores else None
 
 
 __all__ = ["CORE_BIND_VAR", "NO_SPECULATOR", "REFERENCE", "ROLES", "SOURCE", "SourceDraft", "bind_core",
-           "checkpoint_mount", "companion_plan", "core_of", "hub_snapshot"]
+           "checkpoint_mount", "companion_plan", "core_of", "hub_snapshot", "usable_cores"]

@@ -17,7 +17,6 @@ report, because on a CPU it is a stand-in for the checkpoint, not the checkpoint
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from qualify.checkpoint.checksums import content_revision, folder_digests
 from qualify.errors import HarnessError
 from qualify.profile import LocalServerSpec, Profile
 from qualify.runtime import vllm_cpu_plugin as plugin
+from qualify.runtime.companions import usable_cores
 from qualify.runtime.log_evidence import read_log
 from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.serving.specdecode import PER_REQUEST_FLAG
@@ -90,7 +90,7 @@ class LocalServing:
         if self._serves_source and self.spec.source_draft is not None:
             self.identity["source_draft"] = folder_identity(self.spec.source_draft)
             wanted["source"] = self.spec.source_draft
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        cores = usable_cores()
         servers = []
         for i, (name, draft) in enumerate(wanted.items()):
             # The paired level reads each request's own acceptance from its response (see

@@ -144,3 +144,13 @@ def test_companions_start_with_the_runtime_and_leave_with_it(docker_client: Any,
     assert summary["servers"]["speculative"]["container"] == session.plan.name
     assert "missing required environment" in summary["servers"]["reference"]["error"]
     assert summary["source_draft"] == {"path": str(FIXTURE / "source"), "revision": source.revision}
+
+
+def test_usable_cores_are_this_processes_affinity_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 1}, raising=False)
+    assert comp.usable_cores() == (1, 3)
+    assert [comp.core_of(i, comp.usable_cores()) for i in range(3)] == [1, 3, 1]
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert comp.usable_cores() == () and comp.core_of(0, comp.usable_cores()) is None  # a platform that cannot tell

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from qualify.errors import HarnessError
+from qualify.runtime.companions import usable_cores
 from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.runtime.vllm_cpu_plugin import ACTIVE_LINE, server_env
 
@@ -151,7 +152,7 @@ def test_register_is_idempotent_and_logs_what_it_changed(applied: tuple[dict[str
 def refusals() -> dict[str, str | None]:
     # One interpreter per case: each breaks vLLM differently. They share nothing, so they run one per core
     # (each is mostly the single-threaded import of vLLM).
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    cores = len(usable_cores()) or 1
     with ThreadPoolExecutor(max(1, cores)) as ex:
         futures = {name: ex.submit(_probe, REFUSE.format(setup=setup)) for name, (setup, _) in REFUSALS.items()}
         return {name: f.result()[0]["error"] for name, f in futures.items()}

@@ -31,6 +31,7 @@ from fixtures import dflash_cpu
 from qualify.profile import load_profile
 from qualify.report.model import Run, Status, read_json
 from qualify.runtime import vllm_cpu_plugin as plugin
+from qualify.runtime.companions import usable_cores
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
 from qualify.serving import specdecode as sd
@@ -89,7 +90,7 @@ def measured(live_servers: LiveServers, tmp_path_factory: pytest.TempPathFactory
         figures["plugin_active"] = plugin.active_in_worker(servers[name].log_path.read_text(errors="replace"))
         return figures
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    cores = len(usable_cores()) or 1
     # Each server has its own client and its own counters: measuring two at once moves none of the other's.
     with ThreadPoolExecutor(max(1, min(cores, len(drafts)))) as ex:
         futures = {name: ex.submit(measure, name) for name in drafts}
@@ -154,7 +155,7 @@ def test_the_variants_not_served_draft_no_better_offline_than_the_nearest_served
     """Every wrong-layers pair left out of the live run simulated offline (the fixture's model code, greedy
     speculative decoding on the acceptance prompts): each below the pair that is served, and far below the gate."""
     names = [NEAREST_LAYERS, *(n for n in dflash_cpu.WRONG_TARGET_LAYERS if n not in SERVED)]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    cores = len(usable_cores()) or 1
     # One fresh interpreter per core: the simulations share nothing (a forked torch can hang).
     with ProcessPoolExecutor(max(1, cores), mp_context=multiprocessing.get_context("spawn")) as ex:
         lengths = dict(zip(names, ex.map(dflash_cpu.shipped_variant_estimate, names), strict=True))
