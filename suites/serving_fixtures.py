@@ -307,8 +307,11 @@ def paired_result(
         evidence.add(f"the two servers' engine settings were not verified: {why}")
     else:
         same = same_engine_settings(logs)
+        # A log file handed in is what the caller says the server wrote: the report says whose word it is.
+        given = [flag for flag in ("--server-log", "--source-server-log") if request.config.getoption(flag)]
         evidence.measured["engine_settings"] = {"verified": True, "summary": same.summary, **same.measured,
-                                                "findings": [f.message for f in same.findings]}
+                                                "findings": [f.message for f in same.findings],
+                                                "logs_given_by": given}
         for finding in same.findings:
             evidence.add(finding.message)
     return evidence, decisions

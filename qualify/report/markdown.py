@@ -153,9 +153,13 @@ def paired_lines(check: Check) -> list[str]:
     engine = m.get("engine_settings")
     if isinstance(engine, dict):
         # The comparison is fair only if both arms ran the same engine: say whether that was seen or assumed.
+        given = [str(g) for g in engine["logs_given_by"]] if isinstance(engine.get("logs_given_by"), list) else []
+        # A log file handed in is taken on the caller's word: say so beside the verification.
+        taken = (f"; {' and '.join(given)} named the log file{'s' if len(given) > 1 else ''}, taken on the caller's "
+                 "word, not read from a server this run started" if given else "")
         if engine.get("verified") is True and not engine.get("findings"):
             out.append("- Engine settings: both arms' logged vLLM engine configurations are identical but for the "
-                       "draft model (verified from their logs)")
+                       f"draft model (verified from their logs{escape_markdown(taken)})")
         elif engine.get("verified") is True:
             out.append("- Engine settings: **the arms ran different engine configurations** (see the findings)")
         else:

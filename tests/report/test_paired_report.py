@@ -68,6 +68,14 @@ def test_a_prompt_pair_records_its_differences() -> None:
 @pytest.mark.parametrize(("engine", "line"), [
     ({"verified": True, "findings": []}, "- Engine settings: both arms' logged vLLM engine configurations are "
                                          "identical but for the draft model (verified from their logs)"),
+    ({"verified": True, "findings": [], "logs_given_by": ["--server-log", "--source-server-log"]},
+     "- Engine settings: both arms' logged vLLM engine configurations are identical but for the draft model "
+     "(verified from their logs; --server-log and --source-server-log named the log files, taken on the caller's "
+     "word, not read from a server this run started)"),
+    ({"verified": True, "findings": [], "logs_given_by": ["--source-server-log"]},
+     "- Engine settings: both arms' logged vLLM engine configurations are identical but for the draft model "
+     "(verified from their logs; --source-server-log named the log file, taken on the caller's word, not read from "
+     "a server this run started)"),
     ({"verified": True, "findings": ["max_num_seqs differs"]},
      "- Engine settings: **the arms ran different engine configurations** (see the findings)"),
     ({"verified": False, "why": "the source server was not started by this run"},

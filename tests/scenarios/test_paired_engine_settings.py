@@ -86,6 +86,9 @@ def test_both_logs_identical_but_for_the_draft_pass_and_another_dtype_fails(tmp_
     assert run.level("paired").status is Status.PASSED, proc.stdout[-3000:]
     engine = _engine(run)
     assert engine["verified"] is True and engine["differing_keys"] == [] and engine["findings"] == []
+    assert engine["logs_given_by"] == ["--server-log", "--source-server-log"]  # the caller's word, and said so
+    md = next((tmp_path / "same").glob("*/report.md")).read_text(encoding="utf-8")
+    assert "--server-log and --source-server-log named the log files, taken on the caller's word" in md
     assert "dtype=torch.float32" in LINE
     other = _log(tmp_path / "other.log", "/drafts/source", LINE.replace("dtype=torch.float32", "dtype=torch.bfloat16"))
     proc, run = _paired(tmp_path, "other", "--server-log", str(ckpt), "--source-server-log", str(other))
