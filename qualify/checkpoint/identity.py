@@ -9,20 +9,22 @@ not write. Accepted proofs, tried in this order:
 1. **The profile's pinned digests** (``[source] content_revision``: the folder's
    :func:`~qualify.checkpoint.checksums.folder_revision`; ``[source.sha256]``: every file's
    sha256). When a profile pins digests they decide: a folder that differs is not the source.
-2. **A Hugging Face cache snapshot** (``models--ORG--NAME/snapshots/COMMIT/``): the
-   repository folder is the pinned repository's, the commit folder is the pinned revision,
-   and every file is a link into that repository's own ``blobs/`` whose name is its
-   content's digest (sha256 for LFS files, the git blob sha1 for files kept in git). When
-   the hub can be asked, its per-file digests at the revision must agree as well; a hub
-   that cannot be reached leaves the layout's proof, and the evidence says so.
-3. **The hub** (online): every local file's sha256 (LFS) or git blob id equals the hub's at
-   the pinned revision, and every load-relevant file the hub lists is present.
+2. **The hub** (online): every local file's sha256 (LFS) or git blob id equals the hub's at
+   the pinned revision, and every load-relevant file the hub lists is present. A Hugging Face
+   cache snapshot (``models--ORG--NAME/snapshots/COMMIT/``) is compared the same way (method
+   "hub cache snapshot and hub").
 
-Without any of them the identity is *not verified*, and the source checks cannot pass;
-``--trust-local-source`` lets a run go on, and the report, the card and ``qualify gate``
-say so (:mod:`qualify.checks.source_identity` makes the check's evidence). The decision
-functions here are pure (digests in, findings out); the I/O is in :func:`prove_source`
-and the per-proof functions it calls.
+A cache snapshot proves nothing by itself: its folder names and its blobs' names are chosen by
+whoever wrote the cache, so a hand-built ``snapshots/<pinned commit>/`` of other bytes, each
+blob named by its own digest, is as consistent as a real one. Its layout can only *refute*
+(another repository folder, another commit folder, a blob whose content is not the digest its
+name says, a plain file or a link out of ``blobs/``). Without either proof the identity is
+*not verified*, and the source checks cannot pass; ``--trust-local-source`` lets a run go on
+(status "trusted"), and the report, the card and ``qualify gate`` say so
+(:mod:`qualify.checks.source_identity` makes the check's evidence). Every outcome records
+whether the hub was consulted, and why not (``hub_consulted``, ``hub``), and what was and
+was not compared (:attr:`Proof.reason`). The decision functions here are pure (digests in,
+findings out); the I/O is in :func:`prove_source` and the per-proof functions it calls.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from qualify.checkpoint.checksums import content_revision, sha256_files
 from qualify.errors import CheckpointError, UsageError
 
 PROFILE_DIGESTS = "profile digests"
-HUB_CACHE = "hub cache snapshot"
+HUB_CACHE = "hub cache snapshot"  # a method only with HUB, or as what refuted a folder
 HUB = "hub"
 TRUSTED = "trusted (--trust-local-source)"
 
@@ -243,6 +245,13 @@ def _check_snapshot(ev: Proof, root: Path, rels: list[str], snap: SnapshotPath, 
     ev.measured.update(snapshot_repo_folder=snap.repo_folder, snapshot_commit=snap.commit, files_linked=len(linked))
 
 
+def _not_consulted(ev: Proof, reason: str, access: Any = None) -> None:
+    """Record that the hub was not consulted, and why (offline, unreachable, or not needed)."""
+    ev.measured["hub_consulted"] = False
+    ev.measured["hub"] = {"consulted": False, "reason": reason,
+                          **({"access": access.to_dict()} if access is not None else {})}
+
+
 def _check_hub(ev: Proof, root: Path, rels: list[str], repo: str, revision: str, access: Any,
                token: str | bool | None) -> bool:
     """Compare with the hub; False when the hub could not be reached (nothing compared)."""
@@ -252,9 +261,10 @@ def _check_hub(ev: Proof, root: Path, rels: list[str], repo: str, revision: str,
         rev = hub.resolve(repo, revision, access=access, token=token)
     except (hub.HubError, UsageError) as exc:
         if getattr(exc, "unreachable", False):
-            ev.measured["hub"] = {"consulted": False, "reason": str(exc), "access": access.to_dict()}
+            _not_consulted(ev, str(exc), access)
             return False
         ev.add(str(exc))
+        ev.measured["hub_consulted"] = True
         ev.measured["hub"] = {"consulted": True, "access": access.to_dict()}
         return True
     sha = _digests(root, rels)
@@ -266,19 +276,37 @@ def _check_hub(ev: Proof, root: Path, rels: list[str], repo: str, revision: str,
         local[rel] = (sha[rel], blob, path.stat().st_size)
     for message, file in hub_findings(local, rev.files, rev.commit):
         ev.add(message, file=file)
+    ev.measured["hub_consulted"] = True
     ev.measured["hub"] = {"consulted": True, "commit": rev.commit, "files": len(rev.files),
                           "access": access.to_dict()}
     return True
+
+
+def _ask_hub(ev: Proof, root: Path, rels: list[str], repo: str | None, revision: str | None,
+             endpoint: str | None, token: str | bool | None) -> bool:
+    """Compare the folder with the hub's metadata when the hub can be asked; False (and why) when it was not."""
+    from qualify.checkpoint import hub
+
+    if not (repo and revision):
+        _not_consulted(ev, "not asked: the profile names no source repository and revision to ask the hub for")
+        return False
+    access = hub.hub_access(endpoint=endpoint)
+    if access.mode != hub.ONLINE:
+        _not_consulted(ev, access.reason, access)
+        return False
+    return _check_hub(ev, root, rels, repo, revision, access, token)
 
 
 @dataclass
 class Proof:
     """What the proofs tried on a source folder found: the one that applied, its findings and its figures."""
 
-    method: str | None = None  # PROFILE_DIGESTS, HUB_CACHE, "HUB_CACHE and HUB", HUB; None: no proof applied
+    method: str | None = None  # PROFILE_DIGESTS, HUB_CACHE (refuted only), "HUB_CACHE and HUB", HUB; None: no proof
     findings: list[tuple[str, str | None]] = field(default_factory=list)  # (message, file)
     measured: dict[str, Any] = field(default_factory=dict)
     expected: dict[str, Any] = field(default_factory=dict)
+    #: What was compared with what, and what was not: the reason for the outcome, in words.
+    reason: str = ""
 
     def add(self, message: str, *, file: str | None = None) -> None:
         self.findings.append((message, file))
@@ -293,9 +321,17 @@ class Proof:
 
     @property
     def hub_reason(self) -> str | None:
-        """Why the hub was not consulted, when it was tried and could not be."""
+        """Why the hub was not consulted, when it was not."""
         hub = self.measured.get("hub")
         return hub.get("reason") if isinstance(hub, dict) and not hub.get("consulted") else None
+
+
+#: What a comparison with the hub compares (the words of :attr:`Proof.reason`).
+_HUB_COMPARED = ("every file's sha256 (LFS) or git blob id was compared with the hub's metadata of {repo} at "
+                 "{revision}, and every load-relevant file it lists was looked for in the folder")
+#: Why a consistent cache snapshot is no proof (the words of :attr:`Proof.reason`).
+SNAPSHOT_PROVES_NOTHING = ("its folder names and its blobs' names are chosen by whoever wrote the cache and prove "
+                           "nothing about which commit the files are")
 
 
 def prove_source(
@@ -319,31 +355,45 @@ def prove_source(
     Raises:
         CheckpointError: a file of the folder cannot be read (or is a FIFO, socket or device).
     """
-    from qualify.checkpoint import hub
-
     root = Path(root)
     proof = Proof(expected={"repo": repo, "revision": revision})
     rels = _files(root)
+    hub_compared = _HUB_COMPARED.format(repo=repo, revision=revision)
     if not rels:
         proof.add("the source folder holds no files")
+        _not_consulted(proof, "not asked: the source folder holds no files")
+        proof.reason = "nothing was compared: the source folder holds no files"
     elif pins.any:
         proof.method = PROFILE_DIGESTS
         _check_pins(proof, root, rels, pins)
+        _not_consulted(proof, "not asked: the profile pins digests for the source, and they decide")
+        pinned = " and ".join(w for w, on in (("content revision", pins.content_revision),
+                                              ("per-file sha256", pins.sha256)) if on)
+        proof.reason = (f"every file's sha256 was compared with the profile's pinned {pinned}"
+                        + ("" if proof.ok else ": they differ"))
     elif (snap := snapshot_path(root)) is not None:
-        proof.method = HUB_CACHE
         _check_snapshot(proof, root, rels, snap, repo, revision)
-        access = hub.hub_access(endpoint=hub_endpoint)
-        # The hub, when it answers, must agree too; one that cannot be reached leaves the layout's proof.
-        consulted = (proof.ok and bool(repo and revision) and access.mode == hub.ONLINE
-                     and _check_hub(proof, root, rels, repo or "", revision or "", access, token))
-        if consulted:
-            proof.method = f"{HUB_CACHE} and {HUB}"
-    elif repo and revision:
-        access = hub.hub_access(endpoint=hub_endpoint)
-        if access.mode != hub.ONLINE:
-            proof.measured["hub"] = {"consulted": False, "reason": access.reason, "access": access.to_dict()}
-        elif _check_hub(proof, root, rels, repo, revision, access, token):
-            proof.method = HUB
+        if not proof.ok:
+            proof.method = HUB_CACHE
+            _not_consulted(proof, "not asked: the snapshot's own layout refutes it")
+            proof.reason = ("the hub cache snapshot's repository and commit folder names were compared with the pin, "
+                            "and each file's blob name with its content's digest: they disagree")
+        else:
+            layout = (f"the hub cache snapshot's folder names say {snap.repo_folder} at commit {snap.commit}, and "
+                      "every file links into its repository's blobs/ under its own content's digest, but "
+                      f"{SNAPSHOT_PROVES_NOTHING}")
+            if _ask_hub(proof, root, rels, repo, revision, hub_endpoint, token):
+                proof.method = f"{HUB_CACHE} and {HUB}"
+                proof.reason = f"{layout}; {hub_compared}" + (": they agree" if proof.ok else ": they differ")
+            else:
+                proof.reason = (f"{layout}; the profile pins no digests for the source, and no file was compared "
+                                f"with the hub's metadata, which was not consulted ({proof.hub_reason})")
+    elif _ask_hub(proof, root, rels, repo, revision, hub_endpoint, token):
+        proof.method = HUB
+        proof.reason = hub_compared + (": they agree" if proof.ok else ": they differ")
+    else:
+        proof.reason = ("the profile pins no digests for it, it is not a hub cache snapshot, and no file was "
+                        f"compared with the hub's metadata, which was not consulted ({proof.hub_reason})")
     return proof
 
 
@@ -361,6 +411,6 @@ def identity_record(*, verified: bool, trusted: bool, method: str | None, repo: 
             "claimed_repo": repo, "claimed_revision": revision}
 
 
-__all__ = ["HUB", "HUB_CACHE", "IDENTITY_KEYS", "PROFILE_DIGESTS", "TRUSTED", "Proof", "SnapshotPath", "SourcePins",
-           "blob_findings", "hub_findings", "identity_record", "pin_findings", "prove_source", "repo_folder_name",
-           "snapshot_findings", "snapshot_path"]
+__all__ = ["HUB", "HUB_CACHE", "IDENTITY_KEYS", "PROFILE_DIGESTS", "SNAPSHOT_PROVES_NOTHING", "TRUSTED", "Proof",
+           "SnapshotPath", "SourcePins", "blob_findings", "hub_findings", "identity_record", "pin_findings",
+           "prove_source", "repo_folder_name", "snapshot_findings", "snapshot_path"]

@@ -2,8 +2,11 @@
 
 The proofs are :mod:`qualify.checkpoint.identity`'s; this module turns what they found into the
 check's evidence and the report's ``source.identity`` record. A folder that no proof could
-establish fails, unless ``--trust-local-source`` says to go on, and then the evidence says
-"source identity not verified: trusted"; a folder a proof refuted fails whatever was asked.
+establish (a hub cache snapshot whose files were compared with no pinned digest and not with the
+hub's metadata among them: its folder names prove nothing) fails, unless ``--trust-local-source``
+says to go on, and then the evidence says "source identity not verified: trusted"; a folder a
+proof refuted fails whatever was asked. The evidence always says what was and was not compared
+(``reason``) and whether the hub was consulted (``hub_consulted``, and ``hub.reason`` when not).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from qualify.checkpoint.identity import SourcePins, identity_record, prove_sourc
 from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
 
 #: What a failing check tells the user to do.
-HOW_TO_PROVE = ("pin its digests in the profile ([source] content_revision or [source.sha256]), use a hub cache "
-                "snapshot, or pass --trust-local-source to go on without proof (the report and card then say so, and "
+HOW_TO_PROVE = ("pin its digests in the profile ([source] content_revision or [source.sha256]), let the run "
+                "compare it with the hub's metadata at the pinned commit (online; a hub cache snapshot is no proof by "
+                "itself), or pass --trust-local-source to go on without proof (the report and card then say so, and "
                 "qualify gate refuses it)")
 
 
@@ -32,7 +36,8 @@ def check_source_identity(
     """The folder ``root`` is proven to be ``repo`` at ``revision``; the evidence says how, or that it is not.
 
     ``measured`` carries the report's record (:func:`~qualify.checkpoint.identity.identity_record`:
-    status, method, the repository and revision proven) and each proof's figures.
+    status, method, the repository and revision proven), ``reason`` (what was and was not compared),
+    ``hub_consulted`` (with ``hub.reason`` when it was not) and each proof's figures.
 
     Args:
         root: the local source folder (``--source``, or the hub snapshot the run downloaded).
@@ -56,16 +61,13 @@ def check_source_identity(
     elif not proof.ok:  # a proof applied and refuted the folder (or there was nothing to prove): never trusted
         ev.summary = (f"{SOURCE_NOT_VERIFIED}: the {proof.method} refute that the source folder is {pinned}"
                       if proof.method else f"{SOURCE_NOT_VERIFIED}: the source folder cannot be {pinned}")
+    elif trust:
+        trusted = True
+        ev.summary = f"{SOURCE_NOT_VERIFIED}: trusted on --trust-local-source ({proof.reason})"
     else:
-        why = ("the profile pins no digests for it, it is not a hub cache snapshot, and the hub could not be asked"
-               + (f" ({proof.hub_reason})" if proof.hub_reason else ""))
-        if trust:
-            trusted = True
-            ev.summary = f"{SOURCE_NOT_VERIFIED}: trusted on --trust-local-source ({why})"
-        else:
-            ev.add(f"{SOURCE_NOT_VERIFIED}: {why}; {HOW_TO_PROVE}")
+        ev.add(f"{SOURCE_NOT_VERIFIED}: {proof.reason}; {HOW_TO_PROVE}")
     ev.measured.update(identity_record(verified=proof.verified, trusted=trusted, method=proof.method, repo=repo,
-                                       revision=revision))
+                                       revision=revision), reason=proof.reason)
     return ev
 
 

@@ -1,6 +1,7 @@
 """Tests for qualify.checkpoint.identity: the pure decisions of source identity (pins, hub cache snapshots,
-blob names, the hub's listing, the identity record), each with the words of its message. The check that
-puts them together is tested in tests/checks/test_source_identity.py."""
+blob names, the hub's listing, the identity record), each with the words of its message, and what each proof
+records about the hub and what it compared. The check that puts them together is tested in
+tests/checks/test_source_identity.py."""
 
 from __future__ import annotations
 
@@ -105,3 +106,27 @@ def test_identity_record_never_names_an_unproven_repository() -> None:
     no = ident.identity_record(verified=False, trusted=False, method="hub", repo="o/n", revision=PINNED_SOURCE)
     assert (no["status"], no["repo"], no["revision"], no["method"]) == ("not verified", None, None, None)
     assert tuple(ok) == ident.IDENTITY_KEYS
+
+
+def test_every_proof_says_whether_the_hub_was_consulted_and_what_was_compared(tmp_path: Path,
+                                                                              monkeypatch) -> None:
+    from fixtures.corpus import SNAPSHOT_PARENT, make_snapshot
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    source = Path(__file__).resolve().parents[2] / "fixtures" / "dflash2-tiny" / "source"
+    root = tmp_path / SNAPSHOT_PARENT / PINNED_SOURCE
+    make_snapshot(source, root)
+    unpinned = ident.prove_source(root, repo=None, revision=None, pins=ident.SourcePins())
+    assert unpinned.method == ident.HUB_CACHE and not unpinned.verified  # no pin to compare the names with
+    assert unpinned.measured["hub_consulted"] is False
+    assert unpinned.hub_reason == "not asked: the snapshot's own layout refutes it"
+    assert unpinned.reason.endswith("with its content's digest: they disagree")
+    offline = ident.prove_source(root, repo="qualify-fixtures/dflash2-tiny", revision=PINNED_SOURCE,
+                                 pins=ident.SourcePins())
+    assert offline.method is None and offline.ok and not offline.verified
+    assert offline.hub_reason == "HF_HUB_OFFLINE is set: the hub is not consulted"
+    assert ident.SNAPSHOT_PROVES_NOTHING in offline.reason
+    (tmp_path / "empty").mkdir()
+    empty = ident.prove_source(tmp_path / "empty", repo="o/n", revision=PINNED_SOURCE, pins=ident.SourcePins())
+    assert empty.hub_reason == "not asked: the source folder holds no files"
+    assert empty.reason == "nothing was compared: the source folder holds no files"

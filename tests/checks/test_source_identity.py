@@ -1,10 +1,11 @@
-"""Tests for qualify.checks.source_identity: each proof of the source's identity (profile digests, a hub
-cache snapshot, the hub), each refusal, and the words of each message. The pure decisions it is built
-on are tested in tests/checkpoint/test_identity.py."""
+"""Tests for qualify.checks.source_identity: each proof of the source's identity (profile digests, the hub,
+a hub cache snapshot compared with either), a snapshot that proves nothing by itself, each refusal, and the
+words of each message. The pure decisions it is built on are tested in tests/checkpoint/test_identity.py."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -15,8 +16,10 @@ import pytest
 from fixtures.corpus import PINNED_SOURCE, SNAPSHOT_PARENT, SOURCE_REPO, make_snapshot
 from qualify.checkpoint import identity as ident
 from qualify.checkpoint.checksums import folder_digests, folder_revision
-from qualify.checks.source_identity import check_source_identity
+from qualify.checks.source_identity import HOW_TO_PROVE, check_source_identity
 from qualify.errors import CheckpointError
+from qualify.release.gate import source_refusals
+from qualify.report.model import Check, LevelResult, Run, Status
 from tests.checkpoint.test_identity import OTHER
 from tests.hub_standin import StandinHub, StandinRepo, git_blob_sha1, go_online
 
@@ -106,10 +109,10 @@ def test_no_proof_is_not_verified_and_says_how_to_prove_it(source: Path) -> None
     ev = verify(source)
     assert not ev.ok and ev.measured["status"] == "not verified"
     text = messages(ev)[0]
-    for words in ("source identity not verified", "pins no digests", "not a hub cache snapshot",
-                  "HF_HUB_OFFLINE", "--trust-local-source"):
-        assert words in text, words
-    assert ev.measured["hub"]["consulted"] is False
+    assert text == ("source identity not verified: the profile pins no digests for it, it is not a hub cache "
+                    "snapshot, and no file was compared with the hub's metadata, which was not consulted "
+                    f"(HF_HUB_OFFLINE is set: the hub is not consulted); {HOW_TO_PROVE}")
+    assert ev.measured["hub"]["consulted"] is False and ev.measured["hub_consulted"] is False
 
 
 def test_trust_lets_an_unproven_source_through_and_says_so(source: Path) -> None:
@@ -136,11 +139,100 @@ def snapshot(tmp_path: Path, commit: str = PINNED_SOURCE, **kwargs) -> Path:
     return root
 
 
-def test_a_hub_cache_snapshot_proves_the_source(tmp_path: Path) -> None:
+def test_a_hub_cache_snapshot_alone_proves_nothing(tmp_path: Path) -> None:
+    # The genuine bytes, laid out exactly as huggingface_hub lays them out: still only names.
     ev = verify(snapshot(tmp_path))
-    assert ev.ok, ev.failure_text()
-    assert ev.measured["method"] == ident.HUB_CACHE and ev.measured["files_linked"] == 2
+    assert not ev.ok and ev.measured["status"] == "not verified" and ev.measured["method"] is None
+    assert ev.measured["repo"] is None and ev.measured["files_linked"] == 2
     assert ev.measured["snapshot_commit"] == PINNED_SOURCE
+    (text,) = messages(ev)
+    assert text == (
+        "source identity not verified: the hub cache snapshot's folder names say "
+        f"models--qualify-fixtures--dflash2-tiny at commit {PINNED_SOURCE}, and every file links into its "
+        "repository's blobs/ under its own content's digest, but its folder names and its blobs' names are chosen by "
+        "whoever wrote the cache and prove nothing about which commit the files are; the profile pins no digests for "
+        "the source, and no file was compared with the hub's metadata, which was not consulted (HF_HUB_OFFLINE is "
+        f"set: the hub is not consulted); {HOW_TO_PROVE}")
+    assert "a hub cache snapshot is no proof by itself" in text
+
+
+def hand_built(tmp_path: Path, flip: str = "model.safetensors") -> Path:
+    """Other bytes under the pinned commit's name, each blob honestly named by its own content's digest."""
+    other = tmp_path / "other-model"
+    shutil.copytree(FIXTURE_SOURCE, other)
+    raw = bytearray((other / flip).read_bytes())
+    raw[-1] ^= 1
+    (other / flip).write_bytes(bytes(raw))
+    root = tmp_path / "built" / SNAPSHOT_PARENT / PINNED_SOURCE
+    make_snapshot(other, root)
+    return root
+
+
+def test_a_hand_built_snapshot_under_the_pinned_commit_is_not_verified(tmp_path: Path) -> None:
+    root = hand_built(tmp_path)
+    refused = verify(root)
+    assert not refused.ok and refused.measured["status"] == "not verified"
+    assert messages(refused)[0].startswith("source identity not verified: the hub cache snapshot's folder names say")
+    assert "prove nothing about which commit the files are" in messages(refused)[0]
+    # Trusted on request, it is recorded as trusted: never verified, and the gate refuses it.
+    ev = verify(root, trust=True)
+    assert ev.ok and ev.measured["status"] == "trusted" and ev.measured["method"] == ident.TRUSTED
+    assert ev.measured["repo"] is None and ev.measured["revision"] is None
+    assert ev.summary.startswith("source identity not verified: trusted on --trust-local-source (the hub cache "
+                                 "snapshot's folder names say")
+    assert ev.measured["reason"] in ev.summary and ev.measured["hub_consulted"] is False
+    for record, status, allowed in ((refused, Status.FAILED, False), (ev, Status.PASSED, True)):
+        check = Check("structure.source_identity", "structure", "source_identity", status, record.summary, record)
+        run = Run(run_id="r", harness_version="0", started_at="2026-01-01T00:00:00Z",
+                  source={"identity": {k: record.measured[k] for k in ident.IDENTITY_KEYS}},
+                  levels=[LevelResult("structure", checks=[check])])
+        assert source_refusals(run, allow_untrusted=False), record.measured["status"]
+        assert (source_refusals(run, allow_untrusted=True) == []) is allowed
+
+
+@pytest.mark.slow
+def test_cli_a_hand_built_snapshot_is_not_verified_and_the_gate_refuses_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`qualify check` of a checkpoint converted from other bytes laid out as a snapshot of the pinned commit."""
+    from fixtures.corpus import CASES, build, profile_for
+    from qualify.cli import main
+
+    case = next(c for c in CASES if c.name == "snapshot_hand_built_pinned_commit")
+    ckpt, src = build(case, tmp_path / "case")
+    profile = profile_for(case, tmp_path / "case")
+    base = ["check", str(ckpt), "--source", str(src), "--profile", str(profile), "--levels", "structure"]
+    assert main([*base, "--report-dir", str(tmp_path / "no")]) == 1
+    assert main([*base, "--trust-local-source", "--report-dir", str(tmp_path / "r")]) == 0
+    (report,) = (tmp_path / "r").glob("*/report.json")
+    data = json.loads(report.read_text())
+    assert data["source"]["identity"]["status"] == "trusted" and data["source"]["identity"]["repo"] is None
+    check = next(c for lvl in data["levels"] for c in lvl["checks"] if c["id"] == "structure.source_identity")
+    assert check["evidence"]["measured"]["hub_consulted"] is False
+    assert "prove nothing about which commit" in check["evidence"]["measured"]["reason"]
+    refusal = "refused: the source folder was trusted on --trust-local-source without proof that it is the pinned"
+    for allow, refused in (((), True), (("--allow-untrusted-source",), False)):
+        capsys.readouterr()
+        code = main(["gate", str(report), "--checkpoint", str(ckpt), "--require", "structure", "--allow-unsigned",
+                     *allow])
+        out = capsys.readouterr().out
+        assert (refusal in out) is refused, out
+        assert code == 1  # refused for the source, or for this profile copy's other conditions: never qualified
+
+
+def test_per_file_pins_prove_a_snapshot_and_refute_a_hand_built_one(tmp_path: Path) -> None:
+    pins = ident.SourcePins(sha256=folder_digests(FIXTURE_SOURCE))
+    ev = verify(snapshot(tmp_path), pins)
+    assert ev.ok and ev.measured["status"] == "verified" and ev.measured["method"] == ident.PROFILE_DIGESTS
+    assert ev.summary.endswith("(verified by profile digests)")
+    assert ev.measured["reason"] == "every file's sha256 was compared with the profile's pinned per-file sha256"
+    assert ev.measured["hub_consulted"] is False
+    assert ev.measured["hub"]["reason"] == "not asked: the profile pins digests for the source, and they decide"
+    root = hand_built(tmp_path)
+    bad = verify(root, pins, trust=True)  # a refuted identity is never trusted
+    assert not bad.ok and bad.measured["status"] == "not verified"
+    assert messages(bad) == [f"model.safetensors: sha256 is {folder_digests(root)['model.safetensors']}, the profile "
+                             f"pins {pins.sha256['model.safetensors']}"]
+    assert bad.measured["reason"].endswith(": they differ")
 
 
 def test_a_snapshot_reached_through_a_link_is_judged_where_it_is(tmp_path: Path) -> None:
@@ -231,6 +323,10 @@ def test_a_revision_the_hub_does_not_have_refutes(hub: StandinHub, source: Path)
 def test_a_snapshot_is_checked_against_the_hub_when_it_answers(hub: StandinHub, tmp_path: Path) -> None:
     ok = verify(snapshot(tmp_path), hub_endpoint=hub.url)
     assert ok.ok and ok.measured["method"] == f"{ident.HUB_CACHE} and {ident.HUB}"
+    assert ok.measured["status"] == "verified" and ok.measured["hub_consulted"] is True
+    assert ok.measured["reason"].endswith(
+        f"every file's sha256 (LFS) or git blob id was compared with the hub's metadata of {SOURCE_REPO} at "
+        f"{PINNED_SOURCE}, and every load-relevant file it lists was looked for in the folder: they agree")
     # A snapshot whose blobs are consistent but whose files are not the commit's: only the hub can tell.
     other = tmp_path / "other"
     shutil.copytree(FIXTURE_SOURCE, other)
@@ -241,10 +337,45 @@ def test_a_snapshot_is_checked_against_the_hub_when_it_answers(hub: StandinHub, 
     assert messages(ev) == [f"tokenizer.json: not in the hub's repository at {PINNED_SOURCE}"]
 
 
-def test_an_unreachable_hub_leaves_the_snapshot_proof_and_says_so(online: None, tmp_path: Path) -> None:
+def test_a_hand_built_snapshot_one_byte_off_is_refuted_by_the_hub(hub: StandinHub, tmp_path: Path) -> None:
+    root = hand_built(tmp_path)
+    ev = verify(root, hub_endpoint=hub.url, trust=True)  # a refuted identity is never trusted
+    assert not ev.ok and ev.measured["status"] == "not verified" and ev.measured["repo"] is None
+    assert ev.summary.startswith("source identity not verified: the hub cache snapshot and hub refute")
+    flipped = hashlib.sha256((root / "model.safetensors").read_bytes()).hexdigest()
+    genuine = hashlib.sha256((FIXTURE_SOURCE / "model.safetensors").read_bytes()).hexdigest()
+    assert messages(ev) == [f"model.safetensors: sha256 is {flipped}, the hub's LFS sha256 at {PINNED_SOURCE} is "
+                            f"{genuine}"]
+    assert ev.measured["hub_consulted"] is True and ev.measured["reason"].endswith(": they differ")
+    config = verify(hand_built(tmp_path / "c", flip="config.json"), hub_endpoint=hub.url)
+    assert [f.file for f in config.findings] == ["config.json"]
+    assert "git blob sha1 is " in messages(config)[0]
+
+
+def test_an_unreachable_hub_leaves_a_snapshot_unproven_and_says_so(online: None, tmp_path: Path) -> None:
     ev = verify(snapshot(tmp_path), hub_endpoint="http://127.0.0.1:9")
-    assert ev.ok and ev.measured["method"] == ident.HUB_CACHE
-    assert ev.measured["hub"]["consulted"] is False and "could not be reached" in ev.measured["hub"]["reason"]
+    assert not ev.ok and ev.measured["status"] == "not verified" and ev.measured["method"] is None
+    assert ev.measured["hub_consulted"] is False and ev.measured["hub"]["consulted"] is False
+    assert "could not be reached" in ev.measured["hub"]["reason"]
+    assert "which was not consulted (" + ev.measured["hub"]["reason"] in messages(ev)[0]
+    trusted = verify(snapshot(tmp_path / "t"), hub_endpoint="http://127.0.0.1:9", trust=True)
+    assert trusted.ok and trusted.measured["status"] == "trusted"
+
+
+def test_offline_the_evidence_says_the_hub_was_not_consulted(hub: StandinHub, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the stand-in is up, and would prove it: it is never asked
+    ev = verify(snapshot(tmp_path), hub_endpoint=hub.url)
+    assert not ev.ok and ev.measured["status"] == "not verified"
+    assert ev.measured["hub_consulted"] is False
+    assert ev.measured["hub"]["reason"] == ("HF_HUB_OFFLINE was set after huggingface_hub was imported; the harness "
+                                            "honours it: cache only")
+    assert ev.measured["hub"]["access"]["mode"] == "cache-only"
+    assert "no file was compared with the hub's metadata, which was not consulted (HF_HUB_OFFLINE was set" in (
+        messages(ev)[0])
+    plain = verify(FIXTURE_SOURCE, hub_endpoint=hub.url)
+    assert plain.measured["hub_consulted"] is False and "pins no digests for it" in messages(plain)[0]
+    assert hub.paths("GET") == []
 
 
 def test_folder_revision_is_what_the_profile_pins() -> None:
