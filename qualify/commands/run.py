@@ -41,8 +41,9 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
                    "(default: the hub at the profile's source revision)")
     p.add_argument("--trust-local-source", action="store_true",
                    help="go on with a --source folder whose identity no proof establishes (no digests pinned in the "
-                   "profile, not a hub cache snapshot, hub unreachable); the report and card say so, and qualify gate "
-                   "refuses the report unless --allow-untrusted-source")
+                   "profile, and the hub not consulted: offline or unreachable; a hub cache snapshot alone proves "
+                   "nothing); the report and card say so, and qualify gate refuses the report unless "
+                   "--allow-untrusted-source")
     add_profile_option(p)
     add_report_dir_option(p, holds="report.json and report.md")
     p.add_argument("--levels", help=f"comma-separated subset of levels (default: {levels_default})")
