@@ -7,6 +7,9 @@ goes through the same plugin and writes the same report.
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import pytest
 
 from qualify.run.suite_plugin import add_options, find_plugin, record  # noqa: F401  (record is a fixture)
@@ -22,6 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from qualify.profile import load_profile
     from qualify.report.model import parse_levels
+    from qualify.run.pinning import pinned_copy, record_pinned
     from qualify.run.runner import claim_run_dir, finish_run, new_run
     from qualify.run.suite_plugin import QualifyPlugin
 
@@ -30,4 +34,12 @@ def pytest_configure(config: pytest.Config) -> None:
     run = new_run(profile, checkpoint, config.getoption("--source"), levels, command=["pytest", *config.args])
     report_root = config.getoption("--report-dir")
     run_dir = claim_run_dir(report_root, run) if report_root else None
-    config.pluginmanager.register(QualifyPlugin(run, on_finish=lambda r: finish_run(r, run_dir), profile=profile))
+    pinned = None
+    if Path(checkpoint).is_dir():
+        # The checks read a pinned copy, as in a qualify run; it is removed when pytest ends.
+        stack = contextlib.ExitStack()
+        config.add_cleanup(stack.close)
+        pinned = stack.enter_context(pinned_copy(Path(checkpoint)))
+        record_pinned(run, pinned)
+    config.pluginmanager.register(QualifyPlugin(run, on_finish=lambda r: finish_run(r, run_dir), profile=profile,
+                                                pinned=pinned))

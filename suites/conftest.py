@@ -16,13 +16,14 @@ import pytest
 
 from qualify.checkpoint.identity import IDENTITY_KEYS, SourcePins
 from qualify.checkpoint.manifest import Manifest, load_manifest, read_manifest_json
+from qualify.checkpoint.pinned import PinnedFolder
 from qualify.checkpoint.quant_config import QuantConfig, read_model_config, read_quant_config
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks.source_identity import check_source_identity
 from qualify.errors import CheckpointError, SourceIdentityError
 from qualify.profile import Profile, load_profile
 from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
-from qualify.run.suite_plugin import find_plugin
+from qualify.run.suite_plugin import checkpoint_path, find_plugin
 from suites.runtime_fixtures import runtime, runtime_teardown, serving_runtime, started_runtime  # noqa: F401  (fixtures)
 from suites.serving_fixtures import *  # noqa: F403  (the serving levels' fixtures)
 
@@ -37,10 +38,20 @@ def profile(request: pytest.FixtureRequest) -> Profile:
 
 @pytest.fixture(scope="session")
 def checkpoint_dir(request: pytest.FixtureRequest) -> Path:
-    path = request.config.getoption("--checkpoint")
+    # The run's pinned copy: the bytes the report and the attestation name (qualify.checkpoint.pinned).
+    path = checkpoint_path(request.config)
     if path is None:
         pytest.skip("no --checkpoint given: there is no checkpoint to qualify")
-    return Path(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def pinned_checkpoint(request: pytest.FixtureRequest) -> PinnedFolder:
+    plugin = find_plugin(request.config)
+    if plugin is None or plugin.pinned is None:
+        pytest.skip("the checkpoint was not pinned by a qualification run: nothing shows the checks read one set of "
+                    "bytes")
+    return plugin.pinned
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +66,7 @@ def source_identity(request: pytest.FixtureRequest, profile: Profile) -> Evidenc
     plugin = find_plugin(request.config)
     if plugin is not None:
         record = {k: ev.measured[k] for k in IDENTITY_KEYS}
-        checkpoint = request.config.getoption("--checkpoint")
+        checkpoint = checkpoint_path(request.config)
         with contextlib.suppress(CheckpointError):
             source = read_manifest_json(Path(checkpoint)).get("source") if checkpoint is not None else None
             if isinstance(source, dict):

@@ -21,7 +21,7 @@ import pytest
 from qualify.errors import RuntimeNotStarted
 from qualify.profile import Profile
 from qualify.report.model import LEVELS, Evidence
-from qualify.run.suite_plugin import find_plugin, level_of
+from qualify.run.suite_plugin import checkpoint_path, find_plugin, level_of
 from qualify.runtime import companions as comp
 from qualify.runtime.companions import usable_cores
 from qualify.runtime.session import RuntimeSession, build_image, serving_summary
@@ -99,7 +99,7 @@ def later_levels_need_runtime(session: pytest.Session) -> bool:
 def runtime(request: pytest.FixtureRequest, profile: Profile) -> Iterator[RuntimeSession]:
     config = request.config
     run_id = _run_id(config)
-    checkpoint = config.getoption("--checkpoint")
+    checkpoint = checkpoint_path(config)  # the run's pinned copy, which the container mounts read-only
     plugin = find_plugin(config)
     image_digest = config.getoption("--image-digest")
     if config.getoption("--build-image") and image_digest is None:

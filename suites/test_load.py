@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qualify.checks import structure as m
+from qualify.checkpoint.pinned import copy_evidence
 
 pytestmark = pytest.mark.load
 
@@ -24,11 +24,10 @@ def test_revisions_pinned(runtime, record):
     record(runtime.pinning())
 
 
-def test_draft_identity(runtime, manifest, record):
-    """The draft the runtime loads has exactly the manifest's files and checksums."""
-    expected = {f.path: (f.sha256, f.size) for f in manifest.output_files}
-    record(runtime.draft_identity(expected, lambda root: m.check_checksums(manifest.output_files, root,
-                                                                           what="output")))
+def test_draft_identity(runtime, pinned_checkpoint, record):
+    """The draft the runtime loads is, file for file and byte for byte, the one the run pinned and checked."""
+    expected = {f.path: (f.sha256, f.size) for f in pinned_checkpoint.files}
+    record(runtime.draft_identity(expected, lambda root: copy_evidence(pinned_checkpoint, root)))
 
 
 def test_container_started(started_runtime, record):

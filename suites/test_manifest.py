@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from qualify.checkpoint.pinned import pin_evidence
 from qualify.checks import source_config as sc
 from qualify.checks import structure as m
 
 pytestmark = pytest.mark.structure
+
+
+def test_pinned(pinned_checkpoint, record):
+    """Every file of the folder was pinned at the start as a regular file: the checks read exactly those bytes."""
+    record(pin_evidence(pinned_checkpoint))
 
 
 def test_safetensors_container(checkpoint, record):

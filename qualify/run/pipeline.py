@@ -11,17 +11,19 @@ that cannot even begin is a harness error of the run, so its verdict is "not qua
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qualify import errors
-from qualify.checkpoint.checksums import folder_revision, sha256_files
+from qualify.checkpoint.checksums import content_revision, folder_revision, sha256_files
+from qualify.checkpoint.pinned import PinnedFolder
 from qualify.errors import HarnessError, UsageError
 from qualify.profile import Profile
 from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB, VERIFIED_BY_HUB_METADATA, SigningKey
 from qualify.report.model import LEVELS, Run
+from qualify.run.pinning import PINNED_KEY, pinned_copy, record_pinned
 
 CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
 #: The JUnit XML pytest writes into the run folder, beside report.json.
@@ -99,8 +101,8 @@ def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resol
     return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict(), revision_verified_by=VERIFIED_BY_HUB)
 
 
-def verify_revision_by_hub(repo: str | None, revision: str, folder: Path, *,
-                           cache_dir: Path | None = None) -> tuple[str | None, str]:
+def verify_revision_by_hub(repo: str | None, revision: str, folder: Path, *, cache_dir: Path | None = None,
+                           digests: Mapping[str, str] | None = None) -> tuple[str | None, str]:
     """Whether the hub's metadata of ``repo`` at ``revision`` names exactly the files of ``folder``.
 
     Every file of the folder must be on the hub at that commit with the same LFS sha256 (or, for a
@@ -120,14 +122,17 @@ def verify_revision_by_hub(repo: str | None, revision: str, folder: Path, *,
         rev = hub.resolve(repo, revision, access=access, timeout=HUB_REVISION_TIMEOUT_S)
     except (hub.HubError, UsageError) as exc:
         return None, f"only claimed: the hub's metadata could not be read ({exc})"
-    rels = [r for r in list_checkpoint_files(folder) if (folder / r).is_file()]
-    digests = sha256_files([folder / r for r in rels], labels=rels, progress=False)
+    if digests is None:
+        rels = [r for r in list_checkpoint_files(folder) if (folder / r).is_file()]
+        hashed = sha256_files([folder / r for r in rels], labels=rels, progress=False)
+        digests = {r: hashed[folder / r] for r in rels}
+    rels = sorted(digests)
     problems = []
     for rel in rels:
         remote = rev.files.get(rel)
         if remote is None:
             problems.append(f"{rel} is not in the commit")
-        elif remote.sha256 is not None and remote.sha256 != digests[folder / rel]:
+        elif remote.sha256 is not None and remote.sha256 != digests[rel]:
             problems.append(f"{rel} differs from the commit's (LFS sha256)")
         elif remote.sha256 is None and remote.blob_id != hub.git_blob_sha1(folder / rel):
             problems.append(f"{rel} differs from the commit's (git blob id)")
@@ -140,19 +145,26 @@ def verify_revision_by_hub(repo: str | None, revision: str, folder: Path, *,
     return VERIFIED_BY_HUB_METADATA, f"every file equals the hub's metadata of {repo}@{revision} on {access.endpoint}"
 
 
-def resolve_checkpoint(opts: RunOptions) -> Resolved:
-    """The draft: a local folder (its revision given, pinned, or its content's) or the hub at its commit."""
+def resolve_checkpoint(opts: RunOptions, pinned: PinnedFolder | None = None) -> Resolved:
+    """The draft: a local folder (its revision given, pinned, or its content's) or the hub at its commit.
+
+    Args:
+        opts: the run's options.
+        pinned: the local folder as the run pinned it (:func:`qualify.checkpoint.pinned.pin_folder`): its
+            revision is computed from, and compared with, those bytes; None hashes the folder here.
+    """
     profile = opts.profile
     repo = profile.checkpoint.repo
-    pinned = profile.checkpoint.revision
+    profile_revision = profile.checkpoint.revision
     if opts.draft_revision is not None:
         profile.launch_env(draft_revision=opts.draft_revision)  # a malformed or contradicting one: usage error
-    revision, source = (opts.draft_revision, "--draft-revision") if opts.draft_revision else (pinned, "profile")
+    revision, source = ((opts.draft_revision, "--draft-revision") if opts.draft_revision
+                        else (profile_revision, "profile"))
     if opts.checkpoint is not None:
         if not opts.checkpoint.is_dir():
             raise UsageError(f"{opts.checkpoint}: not a checkpoint directory")
         # A folder with no hub history is identified by what it holds: any change of a byte changes it.
-        content = folder_revision(opts.checkpoint)
+        content = content_revision(pinned.digests) if pinned is not None else folder_revision(opts.checkpoint)
         if revision is None:
             revision, source = content, "content of the local folder"
         # A revision given for a local folder is only a claim unless it is the folder's content revision or
@@ -161,7 +173,9 @@ def resolve_checkpoint(opts: RunOptions) -> Resolved:
         if revision == content:
             verified, why = VERIFIED_BY_CONTENT, "the local folder's content revision, computed from its bytes"
         else:
-            verified, why = verify_revision_by_hub(repo, revision, opts.checkpoint, cache_dir=opts.hf_cache)
+            verified, why = verify_revision_by_hub(
+                repo, revision, pinned.copy if pinned is not None else opts.checkpoint, cache_dir=opts.hf_cache,
+                digests=pinned.digests if pinned is not None else None)
         return Resolved(opts.checkpoint, repo, revision, source, "local folder", revision_verified_by=verified,
                         revision_verification=why)
     if revision is None:
@@ -223,15 +237,21 @@ def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
     """
     from qualify.release.attestation import write_attestation
 
-    run, run_dir, code = _run_levels(opts)
-    if opts.sign_key is not None:
-        path = run.checkpoint.get("path")
-        write_attestation(run_dir, opts.sign_key, checkpoint=Path(path) if path else None,
-                          sign_checkpoint=opts.sign_model)
+    with contextlib.ExitStack() as stack:
+        run, run_dir, code, pinned = _run_levels(opts, stack)
+        if opts.sign_key is not None:
+            if run.checkpoint.get(PINNED_KEY, {}).get("changed"):
+                # The bytes the checks read are not the folder's any more: there is nothing true to sign.
+                print("not signed: the checkpoint changed during the run (see the report's errors)")
+            else:
+                # The model signature covers the bytes the run checked: its pinned copy, laid out as the folder.
+                signed = pinned.copy if pinned is not None else None
+                write_attestation(run_dir, opts.sign_key, checkpoint=signed, sign_checkpoint=opts.sign_model)
     return run, run_dir, code
 
 
-def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
+def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Path, int, PinnedFolder | None]:
+    """The levels of one run; the draft's pinned copy lives as long as ``stack``."""
     from qualify.run.runner import claim_run_dir, finish_run, new_run, run_suites
     from qualify.serving.client import check_endpoint
     from qualify.serving.local_servers import LocalServing
@@ -249,10 +269,18 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
         # would be served under the pinned revision's name.
         raise UsageError(f"--target is for local vLLM servers; profile {profile.name} serves from its runtime "
                          "containers, which mount [local_server].target at the pinned $.runtime.env.MODEL_REVISION")
-    draft = resolve_checkpoint(opts)
+    # A local folder is pinned before anything reads it; a hub download once it is in the cache.
+    pinned = None
+    if opts.checkpoint is not None and opts.checkpoint.is_dir():
+        pinned = stack.enter_context(pinned_copy(opts.checkpoint))
+    draft = resolve_checkpoint(opts, pinned)
+    if pinned is None and draft.path is not None:
+        pinned = stack.enter_context(pinned_copy(draft.path))
     source = resolve_source(opts)
     run = new_run(profile, draft.path, source.path, opts.levels, command=opts.command)
     run.checkpoint.update(draft.record())
+    if pinned is not None:
+        record_pinned(run, pinned)
     run.source.update(source.record())
     run_dir = claim_run_dir(opts.report_dir, run)
     run.errors.extend(draft.errors + source.errors)
@@ -261,7 +289,7 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
         for lvl in run.levels:
             lvl.reason = "not run: the inputs could not be obtained (see errors)"
         finish_run(run, run_dir)
-        return run, run_dir, 1
+        return run, run_dir, 1, pinned
 
     local: LocalServing | None = None
     if (profile.local_server is not None and not profile.serves_from_runtime and opts.endpoint is None
@@ -269,8 +297,8 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
         # Started by the first serving check that needs it: none when an earlier level failed. A missing
         # vLLM venv or model folder is then reported by every serving check. (A profile that serves from its
         # runtime starts its servers with the load level's container: suites/runtime_fixtures.py.)
-        local = LocalServing(profile, run_dir, target=opts.target, checkpoint=draft.path,
-                             levels=opts.levels)
+        local = LocalServing(profile, run_dir, target=opts.target,
+                             checkpoint=pinned.copy if pinned is not None else draft.path, levels=opts.levels)
 
     def before_finish(r: Run) -> None:
         if local is not None:
@@ -281,7 +309,7 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     try:
         code = run_suites(run, profile=profile, checkpoint=draft.path, source=source.path, report_dir=run_dir,
                           extra_args=_suite_args(opts, run_dir, draft), local_serving=local,
-                          before_finish=before_finish)
+                          before_finish=before_finish, pinned=pinned)
     finally:
         if local is not None:
             with contextlib.suppress(Exception):
@@ -289,7 +317,7 @@ def _run_levels(opts: RunOptions) -> tuple[Run, Path, int]:
     if run.finished_at is None:  # the suites never reached their end (e.g. pytest refused its arguments)
         run.errors.append("the qualification suites did not run to their end")
         finish_run(run, run_dir)
-    return run, run_dir, code
+    return run, run_dir, code, pinned
 
 
 def deliver_junit(run_dir: Path, dest: Path) -> None:

@@ -20,10 +20,12 @@ from typing import Any
 from qualify import __version__
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.manifest import MANIFEST_NAME, list_checkpoint_files
+from qualify.checkpoint.pinned import PinnedFolder
 from qualify.errors import HarnessError, QualifyError, RunFolderExists
 from qualify.profile import Profile
 from qualify.report.markdown import CHART_KEY, chart_file, chart_files, render_markdown
 from qualify.report.model import LEVELS, Check, LevelResult, Run, write_json
+from qualify.run.pinning import pinned_copy, record_pinned
 from qualify.util.atomic import atomic_write_text
 from qualify.util.identifiers import new_run_id
 from qualify.util.redact import redact
@@ -181,11 +183,13 @@ def run_suites(
     extra_args: Sequence[str] = (),
     local_serving: Any = None,
     before_finish: Callable[[Run], None] | None = None,
+    pinned: PinnedFolder | None = None,
 ) -> int:
     """Run the suites for the levels laid out in ``run``; returns pytest's exit code.
 
     ``local_serving`` is handed to the serving fixtures (:mod:`qualify.serving.local_servers`);
-    ``before_finish`` runs before the report is written (to stop servers and record them).
+    ``before_finish`` runs before the report is written (to stop servers and record them); ``pinned`` is
+    ``checkpoint`` as the run pinned it (the checks read its copy, and it is verified again at the end).
     """
     import pytest
 
@@ -211,12 +215,18 @@ def run_suites(
             before_finish(r)
         finish_run(r, report_dir)
 
-    plugin = QualifyPlugin(run, on_finish=finish, progress=print_check, local_serving=local_serving, profile=profile)
-    with sigterm_as_interrupt(run):
-        try:
-            return int(pytest.main(args, plugins=[plugin]))
-        except KeyboardInterrupt:
-            run.interrupted = run.interrupted or "KeyboardInterrupt"
-            finish(run)
-            return int(pytest.ExitCode.INTERRUPTED)
+    with contextlib.ExitStack() as stack:
+        if pinned is None and checkpoint is not None and Path(checkpoint).is_dir():
+            # A caller that did not pin the checkpoint gets it pinned here, for this call only.
+            pinned = stack.enter_context(pinned_copy(Path(checkpoint)))
+            record_pinned(run, pinned)
+        plugin = QualifyPlugin(run, on_finish=finish, progress=print_check, local_serving=local_serving,
+                               profile=profile, pinned=pinned)
+        with sigterm_as_interrupt(run):
+            try:
+                return int(pytest.main(args, plugins=[plugin]))
+            except KeyboardInterrupt:
+                run.interrupted = run.interrupted or "KeyboardInterrupt"
+                finish(run)
+                return int(pytest.ExitCode.INTERRUPTED)
 

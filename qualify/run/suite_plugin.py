@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from qualify.checkpoint.pinned import PinnedFolder
 from qualify.errors import CheckpointError, QualifyError, RuntimeNotStarted
 from qualify.profile import Profile
 from qualify.report.model import LEVELS, Check, Evidence, Run, Status
+from qualify.run.pinning import reverify
 
 
 class CheckFailed(AssertionError):
@@ -99,8 +101,11 @@ class QualifyPlugin:
     """Collects one :class:`Check` per suite test into ``run``; levels must already be laid out in ``run``."""
 
     def __init__(self, run: Run, on_finish: Any = None, progress: Any = None, local_serving: Any = None,
-                 profile: Profile | None = None) -> None:
+                 profile: Profile | None = None, pinned: PinnedFolder | None = None) -> None:
         self.run = run
+        # The checkpoint as the run pinned it (qualify.checkpoint.pinned): the checks read its copy, and the
+        # folder is hashed again before the report is written.
+        self.pinned = pinned
         # The profile the run was started with, parsed once: the suites read this object rather
         # than load the file again (which could have changed since the run hashed it).
         self.profile = profile
@@ -230,6 +235,8 @@ class QualifyPlugin:
         for lvl in self.run.levels:
             if not lvl.checks and not lvl.reason:
                 lvl.reason = "no check of this level was run"
+        if self.pinned is not None:
+            reverify(self.run, self.pinned)
         if self.on_finish is not None:
             self.on_finish(self.run)
 
@@ -239,6 +246,15 @@ def find_plugin(config: pytest.Config) -> QualifyPlugin | None:
         if isinstance(plugin, QualifyPlugin):
             return plugin
     return None
+
+
+def checkpoint_path(config: pytest.Config) -> Path | None:
+    """The checkpoint folder the checks read: the run's pinned copy, else ``--checkpoint`` as given."""
+    plugin = find_plugin(config)
+    if plugin is not None and plugin.pinned is not None:
+        return plugin.pinned.copy
+    path = config.getoption("--checkpoint")
+    return Path(path) if path is not None else None
 
 
 @pytest.fixture

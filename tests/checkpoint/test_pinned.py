@@ -1,0 +1,120 @@
+"""qualify.checkpoint.pinned: a checkpoint folder copied once, hashed as written, and compared again later."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from qualify.checkpoint.pinned import changes_since, copy_evidence, pin_evidence, pin_folder, verify_pinned
+
+
+def _folder(root: Path) -> Path:
+    root.mkdir()
+    (root / "model.safetensors").write_bytes(b"weights" * 100)
+    (root / "config.json").write_text('{"a": 1}')
+    (root / "sub").mkdir()
+    (root / "sub" / "tokenizer.json").write_text("{}")
+    return root
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_every_regular_file_is_copied_and_hashed_from_the_bytes_written(tmp_path: Path) -> None:
+    origin = _folder(tmp_path / "ckpt")
+    pinned = pin_folder(origin, tmp_path / "copy")
+    assert pinned.problems == ()
+    assert pinned.digests == {"config.json": _sha(b'{"a": 1}'), "model.safetensors": _sha(b"weights" * 100),
+                              "sub/tokenizer.json": _sha(b"{}")}
+    assert (tmp_path / "copy" / "model.safetensors").read_bytes() == b"weights" * 100
+    # Private and read-only: only this process could write it, and nothing does.
+    assert stat.S_IMODE(os.stat(tmp_path / "copy").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "copy" / "config.json").st_mode) == 0o444
+    assert pin_evidence(pinned).ok
+    assert verify_pinned(pinned) == []
+
+
+def test_an_existing_copy_folder_is_never_reused(tmp_path: Path) -> None:
+    from qualify.errors import HarnessError
+
+    origin = _folder(tmp_path / "ckpt")
+    (tmp_path / "copy").mkdir()
+    with pytest.raises(HarnessError, match="cannot create the run's copy"):
+        pin_folder(origin, tmp_path / "copy")
+
+
+def test_a_file_swapped_after_pinning_is_named_and_the_copy_keeps_the_pinned_bytes(tmp_path: Path) -> None:
+    origin = _folder(tmp_path / "ckpt")
+    pinned = pin_folder(origin, tmp_path / "copy")
+    (origin / "model.safetensors").write_bytes(b"\0" * 700)  # same size, other bytes
+    (origin / "extra.safetensors").write_bytes(b"x")
+    (origin / "config.json").unlink()
+    changes = verify_pinned(pinned)
+    assert any(c.startswith("model.safetensors: changed in the checkpoint folder during the run") for c in changes)
+    assert "extra.safetensors: appeared in the checkpoint folder during the run" in changes
+    assert "config.json: removed from the checkpoint folder during the run" in changes
+    # What the checks read is still what was hashed.
+    assert (pinned.copy / "model.safetensors").read_bytes() == b"weights" * 100
+
+
+def test_the_copy_changed_is_named_too(tmp_path: Path) -> None:
+    origin = _folder(tmp_path / "ckpt")
+    pinned = pin_folder(origin, tmp_path / "copy")
+    target = pinned.copy / "config.json"
+    os.chmod(target, 0o644)
+    target.write_text('{"a": 2}')
+    before, after = _sha(b'{"a": 1}')[:12], _sha(b'{"a": 2}')[:12]
+    assert verify_pinned(pinned) == [
+        f"config.json: changed in the run's copy of the checkpoint during the run (sha256 {before}... when pinned, "
+        f"{after}... at the end)"]
+    ev = copy_evidence(pinned, pinned.copy)
+    assert not ev.ok and ev.findings[0].file == "config.json"
+    assert "changed in the loaded folder" in ev.findings[0].message
+
+
+def test_a_fifo_is_not_pinned_and_does_not_block(tmp_path: Path) -> None:
+    origin = _folder(tmp_path / "ckpt")
+    os.mkfifo(origin / "model-00002.safetensors")
+    pinned = pin_folder(origin, tmp_path / "copy")
+    assert pinned.problems == (("model-00002.safetensors", "is a FIFO, socket or device, not a regular file"),)
+    ev = pin_evidence(pinned)
+    assert not ev.ok
+    assert "not pinned: is a FIFO" in ev.failure_text() and "model-00002.safetensors" in ev.failure_text()
+    # Still there at the end: already a failure, not repeated as a change.
+    assert verify_pinned(pinned) == []
+
+
+def test_a_hard_link_is_not_pinned(tmp_path: Path) -> None:
+    origin = _folder(tmp_path / "ckpt")
+    os.link(origin / "model.safetensors", tmp_path / "elsewhere.safetensors")
+    pinned = pin_folder(origin, tmp_path / "copy")
+    assert [rel for rel, _ in pinned.problems] == ["model.safetensors"]
+    assert "hard link (2 names share its bytes)" in pinned.problems[0][1]
+    assert "model.safetensors" not in pinned.digests
+
+
+def test_links_inside_are_followed_and_links_out_are_not_pinned(tmp_path: Path) -> None:
+    origin = _folder(tmp_path / "ckpt")
+    (tmp_path / "outside.json").write_text("{}")
+    os.symlink("config.json", origin / "alias.json")
+    os.symlink(tmp_path / "outside.json", origin / "generation_config.json")
+    os.symlink("missing.json", origin / "broken.json")
+    pinned = pin_folder(origin, tmp_path / "copy")
+    assert pinned.digests["alias.json"] == pinned.digests["config.json"]
+    assert not (pinned.copy / "alias.json").is_symlink()
+    problems = dict(pinned.problems)
+    assert problems["generation_config.json"].startswith("resolves outside the checkpoint")
+    assert problems["broken.json"] == "is a broken link or names no file"
+
+
+def test_changes_since_compares_a_folder_with_the_pins(tmp_path: Path) -> None:
+    origin = _folder(tmp_path / "ckpt")
+    pinned = pin_folder(origin, tmp_path / "copy")
+    assert changes_since(pinned.files, pinned.copy, what="x") == []
+    assert changes_since(pinned.files, tmp_path / "nowhere", what="the loaded folder") == [
+        (".", f"the loaded folder {tmp_path / 'nowhere'} is gone")]
