@@ -54,6 +54,8 @@ _LOG_TAIL = 25
 #: A line where a runtime states its own error: an exception's "SomeError: ..." line, pydantic's
 #: "Value error, ...", or a log line at ERROR level.
 _ERROR_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:|\bValue error, |\bERROR\b")
+#: The lines among those that state an exception itself, which say more than a bare ERROR-level line.
+_EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:|\bValue error, ")
 #: Lines that only point elsewhere ("See root cause above"): the cause is an earlier line.
 _POINTER_LINE = re.compile(r"(?i)see root cause above|^\s*Traceback \(most recent call last\)")
 
@@ -226,7 +228,7 @@ class RuntimeContainer:
 
     def log_tail(self, n: int = _LOG_TAIL) -> list[str]:
         try:
-            return self.logs_text().splitlines()[-n:]
+            return tail_with_cause(self.logs_text().splitlines(), n)
         except Exception as exc:
             return [f"(logs unavailable: {exc})"]
 
@@ -411,11 +413,31 @@ def check_started(runtime: RuntimeContainer) -> Evidence:
     return ev
 
 
+def tail_with_cause(lines: Sequence[str], n: int = _LOG_TAIL) -> list[str]:
+    """The last ``n`` lines, led by the runtime's last stated cause when the tail only points to one.
+
+    vLLM's engine dies with "Engine core initialization failed. See root cause above" and a
+    traceback of the front end, which can push the cause (the engine core's own exception)
+    out of any fixed-size tail; a finding that quotes only the pointer tells a reader nothing.
+    """
+    tail = list(lines[-n:])
+    if any(_is_cause(line) for line in tail):
+        return tail
+    earlier = [line for line in lines[:-n] if _is_cause(line)]
+    return [earlier[-1], *tail] if earlier else tail
+
+
+def _is_cause(line: str) -> bool:
+    return bool(_EXCEPTION_LINE.search(line)) and not _POINTER_LINE.search(line)
+
+
 def runtime_error_line(lines: Sequence[str]) -> str | None:
-    """The runtime's own last error in ``lines`` (the log's tail), preferring a cause to a pointer to one."""
+    """The runtime's own last error in ``lines`` (the log's tail): an exception that is a cause, else any
+    other ERROR line that is no pointer to one, else the pointer."""
     errors = [line.strip() for line in lines if _ERROR_LINE.search(line)]
-    causes = [line for line in errors if not _POINTER_LINE.search(line)]
-    chosen = causes or errors
+    causes = [line for line in errors if _is_cause(line)]
+    others = [line for line in errors if not _POINTER_LINE.search(line)]
+    chosen = causes or others or errors
     return redact(chosen[-1])[:300] if chosen else None
 
 

@@ -443,3 +443,24 @@ def test_a_runtime_that_refuses_the_checkpoint_is_quoted_in_the_finding(tail: li
     # Nothing that reads as an error: the plain message, nothing invented.
     quiet = failure_evidence("ready", errors.ContainerExited("exited", exit_code=1, log_tail=["loading...", "bye"]))
     assert [f.message for f in quiet.findings] == ["exited"]
+
+
+def test_a_cause_pushed_out_of_the_tail_by_a_long_traceback_is_still_quoted() -> None:
+    from qualify.runtime.container import failure_evidence, tail_with_cause
+
+    cause = ("(EngineCore pid=33) ERROR 12-03 18:01:42 [core.py:1510] ValueError: layers.1.mlp.down_proj.weight "
+             "is not quantized but the checkpoint's quant config does not exclude it")
+    frames = [f'  File "/usr/lib/python3/site-packages/vllm/v1/engine/core_client.py", line {i}, in start' for i in
+              range(40)]
+    log = ["INFO starting", cause, "(EngineCore pid=33) ERROR [core.py:1510] EngineCore failed to start.",
+           "Traceback (most recent call last):", *frames,
+           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"]
+    tail = tail_with_cause(log, 25)
+    assert tail[0] == cause and tail[1:] == log[-25:]
+    exc = errors.ContainerExited("the runtime container exited with code 1 before it was ready", exit_code=1,
+                                 log_tail=tail)
+    (finding,) = failure_evidence("ready", exc).findings
+    assert finding.message.endswith("the runtime's last error: " + cause)
+    # A tail that holds a cause of its own is left as it is; a log with no cause at all keeps its pointer.
+    assert tail_with_cause([*log[:2], "ValueError: later"], 1) == ["ValueError: later"]
+    assert tail_with_cause(log[2:], 25) == log[2:][-25:]
