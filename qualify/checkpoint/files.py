@@ -2,7 +2,10 @@
 
 A release uploads the whole folder, so every file in it must be accounted for: verified
 through the manifest, or on the short list of files no runtime ever loads
-(:data:`NEVER_LOADED_SUFFIXES`, :data:`NEVER_LOADED_STEMS`). Files that carry code --
+(:data:`NEVER_LOADED_NAMES`, :data:`NEVER_LOADED_SUFFIXES`). That list is exact names and a
+few suffixes no loader reads, never a stem or a prefix: vLLM loads every ``*.safetensors``
+of a folder without an index whatever it is called, so ``LICENSE.safetensors`` is weights.
+Files that carry code --
 Python modules, a config's ``auto_map`` that makes ``trust_remote_code`` import them, and
 pickles (``torch.load`` runs whatever a pickle says) -- are refused unless the profile
 allows them. This module is the one home of those lists; the structure checks and the
@@ -20,11 +23,25 @@ from typing import Any
 #: Folders an upload leaves out and a loader never reads: git's own, and the hub client's download metadata.
 SKIPPED_DIRS: tuple[tuple[str, ...], ...] = ((".git",), (".cache", "huggingface"))
 
-#: Files a runtime never reads when it loads a checkpoint (the model card, pictures, legal texts),
-#: so they may ship without a manifest entry. Everything else must be listed and verified.
+#: Files a runtime never reads when it loads a checkpoint (the model card, legal texts, git's
+#: attributes), by exact name, in any folder; they may ship without a manifest entry. Everything
+#: else must be listed and verified. Matching is exact (case included): ``notice.safetensors``,
+#: ``LICENSE.json`` or ``License.txt`` is not on it.
+NEVER_LOADED_NAMES = (
+    "README", "README.md",
+    "LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENCE.md", "LICENCE.txt",
+    "NOTICE", "NOTICE.md", "NOTICE.txt", "COPYING", "COPYING.md", "COPYING.txt",
+    ".gitattributes", ".gitignore",
+)
+#: Suffixes (lower case) of files no runtime reads: documents and pictures. vLLM and transformers
+#: read weights (``*.safetensors``, ``*.bin``, ``*.pt``, their ``*.index.json``), JSON configs and
+#: tokenizer files by name, ``*.py`` with trust_remote_code; none of them ends so.
 NEVER_LOADED_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
-NEVER_LOADED_STEMS = ("LICENSE", "LICENCE", "NOTICE", "COPYING")
-NEVER_LOADED_NAMES = (".gitattributes", ".gitignore")
+#: Suffixes (lower case) of files a runtime may read: weights and their indexes (vLLM's default
+#: loader globs ``*.safetensors``, ``*.bin``, ``*.pt``), configs and tokenizer files, templates,
+#: code. A never-loaded file never ends with one of these, whatever the rest of its name says.
+RUNTIME_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model", ".tiktoken", ".jinja", ".py",
+                    ".gguf", ".msgpack", ".h5", ".npz", ".onnx", ".ckpt", ".pkl")
 
 #: Suffixes of files that are code, or pickles a loader would unpickle (and so run).
 EXECUTABLE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".dylib", ".dll", ".sh",
@@ -44,13 +61,18 @@ def skipped(rel: str) -> bool:
 
 
 def is_never_loaded(rel: str) -> bool:
-    """Whether no runtime reads this file when it loads a checkpoint (a README, an image, a licence)."""
+    """Whether no runtime reads this file when it loads a checkpoint (a README, an image, a licence).
+
+    Only in a folder an upload leaves out, by an exact name of :data:`NEVER_LOADED_NAMES`, or by a
+    suffix of :data:`NEVER_LOADED_SUFFIXES`; never when the name ends with a suffix a runtime
+    reads (:data:`RUNTIME_SUFFIXES`).
+    """
+    if skipped(rel):
+        return True
     name = PurePosixPath(rel).name
-    if skipped(rel) or name in NEVER_LOADED_NAMES:
-        return True
-    if name.lower().endswith(NEVER_LOADED_SUFFIXES):
-        return True
-    return name.upper().split(".")[0] in NEVER_LOADED_STEMS
+    if name.lower().endswith(RUNTIME_SUFFIXES):
+        return False
+    return name in NEVER_LOADED_NAMES or name.lower().endswith(NEVER_LOADED_SUFFIXES)
 
 
 def executable_reason(rel: str, head: bytes) -> str | None:

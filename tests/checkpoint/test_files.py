@@ -27,12 +27,31 @@ def test_only_git_and_the_hub_download_cache_are_left_out(rel: str, skipped: boo
 
 
 @pytest.mark.parametrize(("rel", "never"), [
-    ("README.md", True), ("docs/Usage.MD", True), ("LICENSE", True), ("LICENSE.txt", True), ("licence", True),
-    ("chart.png", True), (".gitattributes", True), (".git/HEAD", True),
+    ("README.md", True), ("docs/Usage.MD", True), ("LICENSE", True), ("LICENSE.txt", True), ("LICENCE.md", True),
+    ("NOTICE", True), ("sub/COPYING", True), ("chart.png", True), (".gitattributes", True), (".git/HEAD", True),
     ("config.json", False), ("tokenizer.model", False), ("README.json", False), ("notes.txt", False),
+    ("licence", False), ("License.txt", False),  # exact names only
 ])
 def test_never_loaded_files(rel: str, never: bool) -> None:
     assert files.is_never_loaded(rel) is never
+
+
+@pytest.mark.parametrize("rel", [
+    # vLLM 0.32 loads every *.safetensors of a folder without an index, whatever its name says
+    "notice.safetensors", "LICENSE.safetensors", "README.safetensors", "NOTICE.safetensors", "COPYING.bin",
+    "licence.pt", "LICENSE.json", "NOTICE.model", "README.md.safetensors", "logo.png.safetensors", "LICENSE.py",
+    "COPYING.jinja", "README.tiktoken", "sub/LICENSE.safetensors", "LICENSE-weights.safetensors",
+])
+def test_a_name_a_runtime_may_read_is_never_never_loaded(rel: str) -> None:
+    assert files.is_never_loaded(rel) is False
+    assert rel.lower().endswith(files.RUNTIME_SUFFIXES)
+
+
+def test_the_never_loaded_names_carry_no_suffix_a_runtime_reads() -> None:
+    for name in files.NEVER_LOADED_NAMES:
+        assert not name.lower().endswith(files.RUNTIME_SUFFIXES), name
+        assert files.is_never_loaded(name) and files.is_never_loaded(f"docs/{name}")
+    assert not set(files.NEVER_LOADED_SUFFIXES) & set(files.RUNTIME_SUFFIXES)
 
 
 @pytest.mark.parametrize(("rel", "head", "says"), [
