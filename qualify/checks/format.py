@@ -19,7 +19,14 @@ from typing import Any
 import torch
 
 from qualify.checkpoint.checksums import thread_map
-from qualify.checkpoint.quant_config import MODEL_CONFIG, QuantConfig, is_excluded, module_of
+from qualify.checkpoint.quant_config import (
+    HF_QUANT_CONFIG,
+    MODEL_CONFIG,
+    QuantConfig,
+    is_excluded,
+    kv_cache_algo,
+    module_of,
+)
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8.constants import (
@@ -333,7 +340,22 @@ def check_quant_config(
                "a runtime would load the FP8 bytes as if unquantized")
         return ev
     layout = Layout.of(ckpt)
+    runtime = qc.runtime_scheme
+    if runtime is None:
+        ev.add(f"{MODEL_CONFIG} has no quantization_config: vLLM 0.32 then reads {HF_QUANT_CONFIG}, from which it "
+               "does not detect MXFP8 (it loads the FP8 bytes unquantized, or with producer 'modelopt' refuses "
+               "'Unknown ModelOpt quant algo: MXFP8'); declare the scheme in config.json's quantization_config",
+               file=HF_QUANT_CONFIG)
+    else:
+        if runtime.quant_method is None:
+            ev.add("has no quant_method: vLLM detects ModelOpt MXFP8 only from quant_method 'modelopt' and would "
+                   "load the FP8 bytes unquantized", file=runtime.file)
+        if runtime.nested and runtime.producer == "modelopt":
+            ev.add("producer.name is 'modelopt': vLLM 0.32 then maps only FP8 and NVFP4 and refuses the checkpoint "
+                   "('Unknown ModelOpt quant algo: MXFP8')", file=runtime.file)
     for s in qc.schemes:
+        for conflict in s.conflicts:
+            ev.add(f"{conflict}; a reader of the other key would load another model", file=s.file)
         if s.quant_method not in (None, "modelopt"):
             ev.add(f"quant_method is {s.quant_method!r}; this layout is ModelOpt's ('modelopt')", file=s.file)
         if s.quant_algo != "MXFP8":
@@ -344,7 +366,7 @@ def check_quant_config(
             ev.add(f"group_size is {s.group_size!r}{kind}, expected {block_size}", file=s.file)
         if s.exclude_modules is None:
             ev.add("declares no exclusion list (exclude_modules / ignore); vLLM requires one", file=s.file)
-        if s.file == "hf_quant_config.json" and not s.declares_kv_cache:
+        if s.nested and not s.declares_kv_cache:
             ev.add("has no 'kv_cache_quant_algo' key; vLLM's ModelOpt loader requires it (null for none)",
                    file=s.file)
         if s.declares_kv_cache and s.kv_cache_quant_algo != kv_cache_quant_algo:
@@ -362,6 +384,7 @@ def check_quant_config(
         for pat in excluded_modules:
             if not any(is_excluded(module_of(n), pats) for n in ckpt.names() if is_excluded(module_of(n), (pat,))):
                 ev.add(f"the profile excludes '{pat}' but the config does not declare it excluded", file=s.file)
+        _check_substring_exclusions(ckpt, pats, s.file, ev)
     if not any(s.declares_group_size for s in qc.schemes):
         ev.measured["group_size_note"] = "no file states group_size; MXFP8 fixes it at 32 (OCP MX v1.0)"
     if len(qc.schemes) > 1:
@@ -371,9 +394,32 @@ def check_quant_config(
                    f"{sorted(b.exclude_modules or ())}: runtimes reading different files would disagree")
         if a.quant_algo != b.quant_algo:
             ev.add(f"{a.file} says {a.quant_algo!r} but {b.file} says {b.quant_algo!r}")
+        if a.declares_kv_cache and b.declares_kv_cache and \
+                kv_cache_algo(a.kv_cache_quant_algo) != kv_cache_algo(b.kv_cache_quant_algo):
+            ev.add(f"{a.file} declares a KV cache of {a.kv_cache_quant_algo!r} but {b.file} one of "
+                   f"{b.kv_cache_quant_algo!r}: runtimes reading different files would disagree")
     ev.measured["declared_in"] = [s.file for s in qc.schemes]
     ev.measured["exclude_modules"] = list(qc.exclude_modules)
     return ev
+
+
+def _check_substring_exclusions(ckpt: Checkpoint, patterns: Iterable[str], file: str, ev: Evidence) -> None:
+    """Findings for exclusion patterns vLLM also matches as substrings, beyond the modules they name.
+
+    vLLM's ModelOpt ``is_layer_excluded`` takes a module as excluded when a pattern occurs anywhere
+    in its name (``layers.1`` excludes ``layers.10.mlp.up_proj`` too), besides the fnmatch match;
+    a module only that rule excludes is one the runtime builds unquantized while the tensors say
+    otherwise, so such a pattern is refused naming the first module it reaches.
+    """
+    modules = sorted({module_of(n) for n in ckpt.names() if n.endswith(WEIGHT_SUFFIX)})
+    for pat in patterns:
+        reached = [m for m in modules
+                   if (pat in m or pat in "model." + m) and not is_excluded(m, (pat,))]
+        if reached:
+            ev.add(f"exclusion pattern {pat!r} also excludes {reached[0]!r}"
+                   + (f" (and {len(reached) - 1} more)" if len(reached) > 1 else "")
+                   + " in vLLM, which matches a pattern anywhere in a module's name: name modules exactly",
+                   file=file)
 
 
 _LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")

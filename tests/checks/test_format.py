@@ -38,9 +38,27 @@ def good_tensors() -> dict[str, torch.Tensor]:
 CONFIG = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 64, "vocab_size": 256}
 
 
+def config_block(quant: dict) -> dict:
+    """config.json's flat quantization_config saying what ``quant`` (an hf_quant_config.json) says, in the keys vLLM
+    reads from it: ``ignore`` and ``kv_cache_scheme``."""
+    q = quant["quantization"]
+    block = {"quant_method": "modelopt", "quant_algo": q.get("quant_algo")}
+    if "group_size" in q:
+        block["group_size"] = q["group_size"]
+    if q.get("exclude_modules") is not None:
+        block["ignore"] = q["exclude_modules"]
+    if q.get("kv_cache_quant_algo") == "FP8":
+        block["kv_cache_scheme"] = {"type": "float", "num_bits": 8, "dynamic": False}
+    return block
+
+
 def open_ckpt(tmp_path, tensors=None, config=CONFIG, quant=None):
+    """A small checkpoint whose two quantization declarations agree (config.json's is the one vLLM reads)."""
+    quant = quant if quant is not None else hf_quant()
+    if config is not None and "quantization_config" not in config:
+        config = dict(config, quantization_config=config_block(quant))
     root = write_checkpoint(tmp_path / "ckpt", tensors if tensors is not None else good_tensors(), config=config,
-                            hf_quant=quant if quant is not None else hf_quant())
+                            hf_quant=quant)
     return Checkpoint.open(root), read_quant_config(root)
 
 
@@ -549,7 +567,7 @@ def test_check_exclusions_with_none(tmp_path):
 
 
 def test_check_quant_config_names_every_disagreement(tmp_path):
-    hf = DeclaredScheme("hf_quant_config.json", "modelopt", "NVFP4", 16, _MISSING, None)
+    hf = DeclaredScheme("hf_quant_config.json", "modelopt", "NVFP4", 16, _MISSING, None, nested=True)
     cfg = DeclaredScheme("config.json quantization_config", "compressed-tensors", "MXFP8", _MISSING, "FP8",
                          ("lm_head", "*q_proj"))
     ckpt, _ = open_ckpt(tmp_path)
@@ -581,8 +599,8 @@ def test_check_quant_config_names_every_disagreement(tmp_path):
 
 
 def test_check_quant_config_good_and_absent(tmp_path):
-    one = DeclaredScheme("hf_quant_config.json", "modelopt", "MXFP8", _MISSING, None, ("lm_head",))
-    cfg = DeclaredScheme("config.json quantization_config", None, "MXFP8", _MISSING, _MISSING, ("lm_head",))
+    one = DeclaredScheme("hf_quant_config.json", "modelopt", "MXFP8", _MISSING, None, ("lm_head",), nested=True)
+    cfg = DeclaredScheme("config.json quantization_config", "modelopt", "MXFP8", _MISSING, None, ("lm_head",))
     ckpt, _ = open_ckpt(tmp_path)
     with ckpt:
         good = f.check_quant_config(ckpt, QuantConfig((one, cfg)), excluded_modules=["lm_head"],
@@ -761,3 +779,81 @@ def test_check_model_config_without_heads_or_head_dim(tmp_path):
         ev = f.check_model_config(ckpt, config)
     assert findings(ev) == [("config.json", None, "'num_attention_heads' is missing")]
     assert ev.measured == {"tensors_compared": 4, "layers": [0]}  # the four hidden-size norms
+
+
+# -- the quantization config as vLLM 0.32 reads it (config.json's block wins; ignore / kv_cache_scheme in it) ----
+
+CFG_FILE = "config.json quantization_config"
+
+
+def quant_findings(tmp_path, block=None, quant=None, kv="none") -> list[tuple[str | None, str | None, str]]:
+    """The findings of check_quant_config on the good tensors with config.json's block ``block`` (None: no block)."""
+    config = dict(CONFIG) if block is None else dict(CONFIG, quantization_config=block)
+    root = write_checkpoint(tmp_path / "q", good_tensors(), config=config,
+                            hf_quant=quant if quant is not None else hf_quant())
+    with Checkpoint.open(root) as ckpt:
+        ev = f.check_quant_config(ckpt, read_quant_config(root), excluded_modules=["lm_head"],
+                                  kv_cache_quant_algo=None if kv == "none" else kv)
+    return findings(ev)
+
+
+FLAT = {"quant_method": "modelopt", "quant_algo": "MXFP8", "group_size": 32}
+
+
+def test_config_json_ignore_is_what_is_excluded_even_beside_exclude_modules(tmp_path):
+    got = quant_findings(tmp_path, {**FLAT, "ignore": ["lm_head", "*layers.0.*"], "exclude_modules": ["lm_head"]})
+    assert (CFG_FILE, None, "exclude_modules is ['lm_head'] but ignore, which vLLM reads here, is ['lm_head', "
+                            "'*layers.0.*']: vLLM excludes ['lm_head', '*layers.0.*']; a reader of the other key "
+                            "would load another model") in got
+    assert (CFG_FILE, "layers.0.self_attn.q_proj.weight",
+            "quantized, but the config excludes it (pattern list ['lm_head', '*layers.0.*']): the runtime would read "
+            "fp8 bytes as an unquantized weight") in got
+
+
+def test_config_json_exclude_modules_alone_excludes_nothing(tmp_path):
+    got = quant_findings(tmp_path, {**FLAT, "exclude_modules": ["lm_head"]})
+    assert (CFG_FILE, "lm_head.weight", "unquantized linear weight is not in the config's exclusions: the runtime "
+                                        "would look for MXFP8 scales") in got
+    assert any(file == CFG_FILE and "vLLM excludes nothing" in msg for file, _, msg in got), got
+
+
+def test_config_json_kv_cache_quant_algo_without_kv_cache_scheme_is_no_fp8_kv_cache(tmp_path):
+    block = {**FLAT, "ignore": ["lm_head"], "kv_cache_quant_algo": "FP8"}
+    quant = hf_quant(kv_cache_quant_algo="FP8")
+    got = quant_findings(tmp_path, block, quant, kv="FP8")
+    assert (CFG_FILE, None, "kv_cache_quant_algo is 'FP8' but kv_cache_scheme, which vLLM reads here, is absent: vLLM "
+                            "runs a KV cache of None; a reader of the other key would load another model") in got
+    assert (CFG_FILE, None, "kv_cache_quant_algo is None, the profile expects 'FP8'") in got
+    assert (None, None, "hf_quant_config.json declares a KV cache of 'FP8' but config.json quantization_config one of "
+                        "None: runtimes reading different files would disagree") in got
+    scheme = {**FLAT, "ignore": ["lm_head"], "kv_cache_scheme": {"type": "float", "num_bits": 8, "dynamic": False}}
+    assert quant_findings(tmp_path / "fp8", scheme, quant, kv="FP8") == []
+
+
+def test_only_hf_quant_config_json_is_refused_as_vllm_does_not_detect_mxfp8_from_it(tmp_path):
+    got = quant_findings(tmp_path, None)
+    assert [m for file, _, m in got if file == "hf_quant_config.json"] == [
+        "config.json has no quantization_config: vLLM 0.32 then reads hf_quant_config.json, from which it does not "
+        "detect MXFP8 (it loads the FP8 bytes unquantized, or with producer 'modelopt' refuses 'Unknown ModelOpt "
+        "quant algo: MXFP8'); declare the scheme in config.json's quantization_config"]
+
+
+def test_the_block_vllm_reads_needs_quant_method_modelopt_and_no_modelopt_producer(tmp_path):
+    block = {k: v for k, v in FLAT.items() if k != "quant_method"}
+    got = quant_findings(tmp_path / "no_method", {**block, "ignore": ["lm_head"]})
+    assert (CFG_FILE, None, "has no quant_method: vLLM detects ModelOpt MXFP8 only from quant_method 'modelopt' and "
+                            "would load the FP8 bytes unquantized") in got
+    nested = {"quant_method": "modelopt", "producer": {"name": "modelopt"},
+              "quantization": {"quant_algo": "MXFP8", "kv_cache_quant_algo": None, "group_size": 32,
+                               "exclude_modules": ["lm_head"]}}
+    got = quant_findings(tmp_path / "producer", nested)
+    assert got == [(CFG_FILE, None, "producer.name is 'modelopt': vLLM 0.32 then maps only FP8 and NVFP4 and refuses "
+                                    "the checkpoint ('Unknown ModelOpt quant algo: MXFP8')")]
+
+
+def test_an_exclusion_pattern_vllm_matches_as_a_substring_is_refused(tmp_path):
+    quant = hf_quant(exclude=("lm_head", "self_attn.q_proj"))
+    got = quant_findings(tmp_path, {**FLAT, "ignore": ["lm_head", "self_attn.q_proj"]}, quant)
+    message = ("exclusion pattern 'self_attn.q_proj' also excludes 'layers.0.self_attn.q_proj' in vLLM, which matches "
+               "a pattern anywhere in a module's name: name modules exactly")
+    assert (CFG_FILE, None, message) in got and ("hf_quant_config.json", None, message) in got
