@@ -62,6 +62,11 @@ def test_source_config(checkpoint_dir, source_dir, profile, record):
     record(sc.check_source_config(checkpoint_dir, source_dir, allowed=profile.allowed_config_changes))
 
 
+def test_source_files(manifest, checkpoint_dir, source_dir, record):
+    """Every file a runtime may read is the source's, but the weights and the conversion's hf_quant_config.json."""
+    record(m.check_source_files(manifest, checkpoint_dir, source_dir))
+
+
 def test_output_coverage(manifest, checkpoint, record):
     """The checkpoint holds exactly the tensors the manifest names, as it names them."""
     record(m.check_output_coverage(manifest, checkpoint))

@@ -8,6 +8,7 @@ never a pass.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from collections import Counter
@@ -28,7 +29,9 @@ from qualify.checkpoint.manifest import (
     TensorEntry,
     read_manifest_json,
 )
+from qualify.checkpoint.quant_config import HF_QUANT_CONFIG, MODEL_CONFIG
 from qualify.checkpoint.safetensors_io import INDEX_NAME, Checkpoint, invalid_bools
+from qualify.checks.source_config import BYTE_COMPANIONS, JSON_COMPANIONS
 from qualify.errors import CheckpointError, ManifestError
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
@@ -148,12 +151,18 @@ def _check_storage(root: Path, ev: Evidence, reported: set[str]) -> int:
                file="blobs")
     in_blobs: list[tuple[str, Path]] = []
     present = list_checkpoint_files(root)
+    hard_linked = 0
     for rel in present:
         resolved, problem = _resolved(root / rel)
         if resolved is None:
             if rel not in reported:
                 ev.add(f"{problem}; it would ship as it is", file=rel)
             continue
+        links = _hard_links(resolved)
+        if links > 1:
+            hard_linked += 1
+            ev.add(f"has {links} hard links: the same bytes are reachable through another path, so they can change "
+                   "after qualification without any change to the checkpoint; ship a file of its own", file=rel)
         if not any(resolved.is_relative_to(r) for r in allowed):
             if rel not in reported:
                 ev.add(f"resolves outside the checkpoint (to {resolved}); it would ship another file's bytes",
@@ -174,7 +183,17 @@ def _check_storage(root: Path, ev: Evidence, reported: set[str]) -> int:
             if problem:
                 ev.add(f"hub cache blob is not content-addressed: {problem}", file=rel)
     ev.measured["blobs_verified"] = len(in_blobs)
+    ev.measured["hard_linked"] = hard_linked
     return len(present)
+
+
+def _hard_links(path: Path) -> int:
+    """How many names a regular file has (1 for anything else, or a file that cannot be looked at)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 1
+    return st.st_nlink if os.path.isfile(path) else 1
 
 
 def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
@@ -182,9 +201,11 @@ def check_paths(manifest_raw: dict[str, Any], root: Path) -> Evidence:
 
     Every file in the folder, listed or not, must resolve inside the checkpoint (or, for a hub
     cache snapshot, into its own repository's content-addressed blobs): a release uploads them all.
+    No file may have a second name (a hard link): through it the bytes could change after
+    qualification.
     """
     ev = Evidence("manifest paths are relative, unique and stay inside the checkpoint, and so does every file "
-                  "in the folder")
+                  "in the folder (none of them hard-linked)")
     root = Path(root)
     allowed = storage_roots(root)
     checked = 0
@@ -322,6 +343,53 @@ def check_file_list(manifest: Manifest, root: Path, *, allow_code: bool = False)
     ev.expected["allow_code"] = allow_code
     ev.measured.update(files_listed=len(listed), files_present=len(present),
                        files_unlisted_never_loaded=sum(files.is_never_loaded(p) for p in unlisted), code_files=code)
+    return ev
+
+
+#: Files a conversion adds to its source's (besides the weights the manifest lists): what it declares.
+CONVERSION_FILES = (MANIFEST_NAME, HF_QUANT_CONFIG)
+
+
+def _compared_by_source_config(rel: str) -> bool:
+    """Whether structure.source_config compares the file with the source's (key by key or byte for byte)."""
+    return rel in (MODEL_CONFIG, *JSON_COMPANIONS, *BYTE_COMPANIONS)
+
+
+def check_source_files(manifest: Manifest, root: Path, source: Path) -> Evidence:
+    """Every file of the checkpoint a runtime may read is the source's, but the weights and what conversion adds.
+
+    A tokenizer, generation config or chat template the source lacks changes what a runtime
+    does, and nothing else compares it with anything: such a file fails, named. A conversion
+    adds :data:`CONVERSION_FILES` and the ``.safetensors`` weights (and their index) the
+    manifest lists; every other file a runtime may read must exist in the source, and the
+    ones ``structure.source_config`` does not compare must equal the source's byte for byte.
+    """
+    ev = Evidence("every file a runtime may read is the source's (config, tokenizer, generation, templates), but "
+                  f"the weights the manifest lists and {', '.join(CONVERSION_FILES)}")
+    root, source = Path(root), Path(source)
+    listed = {f.path for f in manifest.output_files}
+    readable = 0
+    for rel in list_checkpoint_files(root):
+        if files.is_never_loaded(rel) or rel in CONVERSION_FILES:
+            continue
+        if rel in listed and (rel.endswith(".safetensors") or rel == INDEX_NAME):
+            continue  # the conversion's weights: structure.output_coverage and the format level read them
+        readable += 1
+        theirs = source / rel
+        if not theirs.is_file():
+            ev.add("a file a runtime may read that the source lacks: a conversion adds only the weights, "
+                   f"{' and '.join(CONVERSION_FILES)}, so this one changes what the runtime does unchecked", file=rel)
+            continue
+        if _compared_by_source_config(rel) or not (root / rel).is_file():
+            continue
+        try:
+            same = (root / rel).read_bytes() == theirs.read_bytes()
+        except OSError as exc:
+            ev.add(f"cannot be compared with the source's: {exc.strerror or exc}", file=rel)
+            continue
+        if not same:
+            ev.add("differs from the source's byte for byte, and a runtime may read it", file=rel)
+    ev.measured["runtime_readable_files"] = readable
     return ev
 
 

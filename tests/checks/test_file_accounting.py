@@ -342,3 +342,94 @@ def test_a_file_name_that_is_not_utf8_fails_file_list_and_crashes_nothing(fixtur
     found = file_list(ckpt)
     assert ("vocab\udcff.json", "its name is not valid UTF-8, so no manifest (JSON) can list it") in found
     assert len(folder_revision(ckpt)) == 40
+
+
+# -- weights named like a licence: only exact names are never loaded ---------------------------------------
+
+
+@pytest.mark.parametrize("rel", ["notice.safetensors", "LICENSE.safetensors", "README.safetensors"])
+def test_weights_named_like_a_licence_are_weights(fixture_copy, rel):
+    """vLLM 0.32 loads every *.safetensors of a folder with no index: a zeroed copy under a licence's name is served."""
+    from qualify.release import gate
+
+    ckpt, _ = fixture_copy
+    (ckpt / rel).write_bytes((ckpt / "model.safetensors").read_bytes())
+    assert gate.is_load_relevant(rel)
+    found = file_list(ckpt)
+    assert (rel, "present in the checkpoint but not listed in the manifest: it would ship unverified (only README, "
+                 "images and licence texts may be unlisted)") in found
+    assert (rel, "one of 2 safetensors files without an index: which tensors load is undefined") in found
+    list_in_manifest(ckpt, rel)
+    assert (rel, "one of 2 safetensors files without an index: which tensors load is undefined") in file_list(ckpt)
+
+
+# -- hard links ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rel", ["model.safetensors", "config.json"])
+def test_a_hard_linked_file_fails_naming_it(fixture_copy, tmp_path, rel):
+    ckpt, _ = fixture_copy
+    os.link(ckpt / rel, tmp_path / "elsewhere")
+    ev = structure.check_paths(m.read_manifest_json(ckpt), ckpt)
+    assert [(f.file, f.message) for f in ev.findings] == [
+        (rel, "has 2 hard links: the same bytes are reachable through another path, so they can change after "
+              "qualification without any change to the checkpoint; ship a file of its own")]
+    assert ev.measured["hard_linked"] == 1
+    os.unlink(tmp_path / "elsewhere")
+    assert paths(ckpt) == []
+
+
+# -- runtime-readable files the source lacks ----------------------------------------------------------------
+
+
+def source_files(ckpt: Path, src: Path) -> list[tuple[str | None, str]]:
+    ev = structure.check_source_files(m.load_manifest(ckpt), ckpt, src)
+    return [(f.file, f.message) for f in ev.findings]
+
+
+ADDED = ("a file a runtime may read that the source lacks: a conversion adds only the weights, "
+         "conversion_manifest.json and hf_quant_config.json, so this one changes what the runtime does unchecked")
+
+
+def test_the_fixture_adds_only_what_conversion_adds(fixture_copy):
+    ckpt, src = fixture_copy
+    ev = structure.check_source_files(m.load_manifest(ckpt), ckpt, src)
+    assert ev.ok, ev.failure_text()
+    assert ev.measured == {"runtime_readable_files": 1}  # config.json (structure.source_config compares it)
+
+
+@pytest.mark.parametrize("rel", ["tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                 "chat_template.jinja", "special_tokens_map.json", "tokenizer.model", "merges.txt",
+                                 "preprocessor_config.json", "sub/vocab.json", "params.json"])
+def test_a_runtime_readable_file_the_source_lacks_fails_even_when_listed(fixture_copy, rel):
+    ckpt, src = fixture_copy
+    (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
+    (ckpt / rel).write_text('{"eos_token_id": 7}')
+    list_in_manifest(ckpt, rel)
+    assert source_files(ckpt, src) == [(rel, ADDED)]
+    (src / rel).parent.mkdir(parents=True, exist_ok=True)
+    (src / rel).write_text('{"eos_token_id": 7}')
+    assert source_files(ckpt, src) == []
+
+
+def test_a_file_no_other_check_compares_must_equal_the_sources(fixture_copy):
+    ckpt, src = fixture_copy
+    for root, text in ((ckpt, '{"size": 2}'), (src, '{"size": 1}')):
+        (root / "preprocessor_config.json").write_text(text)
+        (root / "tokenizer_config.json").write_text(text)
+    assert source_files(ckpt, src) == [("preprocessor_config.json", "differs from the source's byte for byte, and a "
+                                                                    "runtime may read it")]
+
+
+def test_readmes_licences_and_the_conversions_own_files_are_not_the_sources(fixture_copy):
+    ckpt, src = fixture_copy
+    for rel in ("README.md", "LICENSE", "docs/chart.png"):
+        (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ckpt / rel).write_text("text")
+    assert source_files(ckpt, src) == []
+
+
+def test_weights_the_manifest_does_not_list_are_not_the_conversions(fixture_copy):
+    ckpt, src = fixture_copy
+    (ckpt / "extra.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes())
+    assert source_files(ckpt, src) == [("extra.safetensors", ADDED)]

@@ -359,9 +359,9 @@ def test_check_paths_exact(fixture_copy):
         (M, None, "output path './after.json' is not normalised (empty or '.' components)"),
         (M, None, "source path '/abs.json' is absolute; manifest paths are relative to the checkpoint root")]
     # Three output files, the duplicate, '../up.json', 'loop.json', './after.json'; two source files, '/abs.json'.
-    assert ev.measured == {"paths_checked": 10, "blobs_verified": 0, "files_in_folder": 5}
+    assert ev.measured == {"paths_checked": 10, "blobs_verified": 0, "hard_linked": 0, "files_in_folder": 5}
     assert ev.summary == ("manifest paths are relative, unique and stay inside the checkpoint, and so does every "
-                          "file in the folder")
+                          "file in the folder (none of them hard-linked)")
 
 
 def test_check_paths_outside_and_empty(fixture_copy, tmp_path):
@@ -382,7 +382,8 @@ def test_check_paths_outside_and_empty(fixture_copy, tmp_path):
         assert empty.measured["paths_checked"] == 0
     (ckpt / "extra.json").unlink()
     one = structure.check_paths({"source": {"files": [{"path": "a.json"}]}}, ckpt)
-    assert one.ok and one.measured == {"paths_checked": 1, "blobs_verified": 0, "files_in_folder": 4}
+    assert one.ok and one.measured == {"paths_checked": 1, "blobs_verified": 0, "hard_linked": 0,
+                                       "files_in_folder": 4}
 
 
 @pytest.mark.parametrize(
