@@ -21,7 +21,7 @@ from qualify.checkpoint.checksums import content_revision, folder_revision, sha2
 from qualify.checkpoint.pinned import PinnedFolder
 from qualify.errors import HarnessError, UsageError
 from qualify.profile import Profile
-from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB, VERIFIED_BY_HUB_METADATA, SigningKey
+from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB_METADATA, SigningKey
 from qualify.report.model import LEVELS, Run
 from qualify.run.pinning import PINNED_KEY, pinned_copy, record_pinned
 
@@ -97,8 +97,18 @@ def _fetch(repo: str, revision: str, what: str, cache_dir: Path | None) -> Resol
     except (errors.HubError, UsageError) as exc:
         return Resolved(None, repo, revision, "hub", "hub", errors=[f"{what} {repo}@{revision}: {exc}"],
                         hub=access.to_dict())
-    # The hub served these files at that commit: the revision names these bytes.
-    return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict(), revision_verified_by=VERIFIED_BY_HUB)
+    # Not verified yet: a download may be answered from a cache anyone could have laid out. The pinned bytes
+    # are compared with the hub's metadata of the commit once they are pinned (verify_fetched).
+    return Resolved(path, repo, revision, "hub", "hub", hub=access.to_dict(),
+                    revision_verification="only claimed: not yet compared with the hub's metadata")
+
+
+def verify_fetched(draft: Resolved, pinned: PinnedFolder, cache_dir: Path | None) -> None:
+    """Whether a draft fetched from the hub is, as pinned, the files the hub's metadata names at its commit."""
+    if draft.revision is None:
+        return
+    draft.revision_verified_by, draft.revision_verification = verify_revision_by_hub(
+        draft.repo, draft.revision, pinned.copy, cache_dir=cache_dir, digests=pinned.digests)
 
 
 def verify_revision_by_hub(repo: str | None, revision: str, folder: Path, *, cache_dir: Path | None = None,
@@ -276,6 +286,7 @@ def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Pat
     draft = resolve_checkpoint(opts, pinned)
     if pinned is None and draft.path is not None:
         pinned = stack.enter_context(pinned_copy(draft.path))
+        verify_fetched(draft, pinned, opts.hf_cache)
     source = resolve_source(opts)
     run = new_run(profile, draft.path, source.path, opts.levels, command=opts.command)
     run.checkpoint.update(draft.record())

@@ -186,6 +186,8 @@ def test_qualify_run_fetches_draft_and_source_from_the_hub_at_their_commits(tmp_
     assert any(f"/resolve/{profile.source_revision}/model.safetensors" in p for p in asked)
     snapshot = tmp_path / "cache" / f"models--{profile.data['checkpoint']['repo'].replace('/', '--')}" / "snapshots"
     assert run.checkpoint["path"] == str(snapshot / commit)
+    # The revision is verified from the pinned bytes against the hub's metadata of the commit, not by the download.
+    assert run.checkpoint["revision_verified_by"] == "hub metadata at that commit"
     if corrupt is None:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert str(run.verdict) == "qualified"
@@ -272,3 +274,19 @@ def test_a_target_folder_is_refused_for_a_profile_serving_from_its_runtime(tmp_p
                                          r"from its runtime containers"):
         run_qualification(opts)
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_hand_built_hub_cache_draft_offline_is_only_claimed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot folder named after the commit proves nothing offline: the revision stays a claim."""
+    commit = "5555555555555555555555555555555555555555"
+    profile = load_profile("fixture")
+    repo = profile.data["checkpoint"]["repo"]
+    snapshot = tmp_path / "cache" / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+    shutil.copytree(FIXTURE / "mxfp8", snapshot)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    opts = _opts(tmp_path, checkpoint=None, draft_revision=commit, hf_cache=tmp_path / "cache",
+                 levels=["structure"])
+    run, _, _ = run_qualification(opts)
+    assert run.checkpoint["obtained"] == "hub" and run.checkpoint["revision"] == commit
+    assert run.checkpoint["revision_verified_by"] is None
+    assert run.checkpoint["revision_verification"].startswith("only claimed: not compared with the hub")
