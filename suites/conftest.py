@@ -46,6 +46,14 @@ def checkpoint_dir(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
+def checkpoint_folder(request: pytest.FixtureRequest, checkpoint_dir: Path) -> Path:
+    """The folder as the user named it (what a release uploads): for the checks of its paths and links alone,
+    since its bytes may change under the run; the checks of content read ``checkpoint_dir``."""
+    plugin = find_plugin(request.config)
+    return plugin.pinned.origin if plugin is not None and plugin.pinned is not None else checkpoint_dir
+
+
+@pytest.fixture(scope="session")
 def pinned_checkpoint(request: pytest.FixtureRequest) -> PinnedFolder:
     plugin = find_plugin(request.config)
     if plugin is None or plugin.pinned is None:

@@ -37,9 +37,9 @@ def test_source_identity(source_identity, record):
     record(source_identity)
 
 
-def test_paths(manifest_raw, checkpoint_dir, record):
+def test_paths(manifest_raw, checkpoint_folder, record):
     """Manifest paths are relative, unique and stay inside the checkpoint."""
-    record(m.check_paths(manifest_raw, checkpoint_dir))
+    record(m.check_paths(manifest_raw, checkpoint_folder))
 
 
 def test_file_list(manifest, checkpoint_dir, profile, record):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.checkpoint.checksums import DEFAULT_CHUNK, sha256_files
-from qualify.checkpoint.files import FileEntry, blob_name_problem, list_checkpoint_files, storage_roots
+from qualify.checkpoint.files import FileEntry, blob_name_problem, hub_repo_of, list_checkpoint_files, storage_roots
 from qualify.errors import CheckpointError, HarnessError
 from qualify.report.model import Evidence
 
@@ -122,6 +122,11 @@ def pin_folder(origin: Path, copy: Path) -> PinnedFolder:
     blobs = roots[1] if len(roots) > 1 else None
     files: list[FileEntry] = []
     problems: list[tuple[str, str]] = []
+    repo_dir = hub_repo_of(origin)
+    if repo_dir is not None and blobs is None and (repo_dir / "blobs").exists():
+        problems.append(("blobs", f"the hub cache's blobs folder {repo_dir / 'blobs'} is a link or lies outside its "
+                                  f"repository (it resolves to {(repo_dir / 'blobs').resolve()}): no file is pinned "
+                                  "through it"))
     for rel in list_checkpoint_files(origin):
         try:
             resolved = (origin / rel).resolve(strict=True)
