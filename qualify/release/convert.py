@@ -231,6 +231,18 @@ def _convert_into(
     return manifest
 
 
+def kv_cache_scheme(algo: str) -> dict[str, Any]:
+    """The flat block's ``kv_cache_scheme`` for a KV-cache algorithm: vLLM 0.32 reads FP8 from it, nothing else.
+
+    Raises:
+        UsageError: an algorithm the flat block cannot declare.
+    """
+    if algo.upper() != "FP8":
+        raise UsageError(f"KV-cache algorithm {algo!r}: config.json's quantization_config can declare FP8 only "
+                         "(vLLM reads kv_cache_scheme {type: float, num_bits: 8})")
+    return {"type": "float", "num_bits": 8, "dynamic": False, "strategy": "tensor"}
+
+
 def _write_configs(source_dir: Path, out: Path, exclusions: list[str], kv_cache_quant_algo: str | None) -> None:
     for rel in list_checkpoint_files(source_dir):
         if rel.endswith(_NOT_COPIED) or rel == MODEL_CONFIG:
@@ -250,13 +262,13 @@ def _write_configs(source_dir: Path, out: Path, exclusions: list[str], kv_cache_
     cfg_path = source_dir / MODEL_CONFIG
     if cfg_path.exists():
         cfg = load_json_file(cfg_path, error=UsageError, require_object=True)
-        cfg["quantization_config"] = {
-            "quant_method": "modelopt",
-            "quant_algo": "MXFP8",
-            "kv_cache_quant_algo": kv_cache_quant_algo,
-            "group_size": mxfp8.BLOCK_SIZE,
-            "ignore": exclusions,
-        }
+        # The flat block as vLLM reads it (modelopt.py): exclusions under "ignore", the KV cache as a
+        # kv_cache_scheme; a kv_cache_quant_algo here would be read by nothing.
+        block: dict[str, Any] = {"quant_method": "modelopt", "quant_algo": "MXFP8", "group_size": mxfp8.BLOCK_SIZE,
+                                 "ignore": exclusions}
+        if kv_cache_quant_algo is not None:
+            block["kv_cache_scheme"] = kv_cache_scheme(kv_cache_quant_algo)
+        cfg["quantization_config"] = block
         (out / MODEL_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
 
 

@@ -91,3 +91,26 @@ def test_a_source_that_already_has_a_scale_name_is_refused(tmp_path: Path) -> No
         convert(src, tmp_path / "out", source_repo="a/b", source_revision=REVISION)
     assert info.value.tensor == "layers.0.mlp.up_proj.weight_scale"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kv", [None, "FP8"])
+def test_the_converter_declares_the_kv_cache_where_vllm_reads_it(tmp_path: Path, kv: str | None) -> None:
+    from qualify.checkpoint.quant_config import read_quant_config
+
+    out = tmp_path / "out"
+    convert(FIXTURE / "source", out, source_repo="o/r", source_revision="0" * 40, kv_cache_quant_algo=kv)
+    block = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert "kv_cache_quant_algo" not in block  # a key vLLM does not read in the flat block
+    assert block.get("kv_cache_scheme") == (None if kv is None else {"type": "float", "num_bits": 8,
+                                                                       "dynamic": False, "strategy": "tensor"})
+    schemes = read_quant_config(out).schemes
+    assert all(s.conflicts == () for s in schemes)
+    runtime = read_quant_config(out).runtime_scheme
+    assert runtime is not None and runtime.kv_cache_quant_algo == kv
+
+
+def test_the_converter_refuses_a_kv_cache_the_flat_block_cannot_declare(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="can declare FP8 only"):
+        convert(FIXTURE / "source", tmp_path / "out", source_repo="o/r", source_revision="0" * 40,
+                kv_cache_quant_algo="INT8")
+    assert not (tmp_path / "out").exists()
