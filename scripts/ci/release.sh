@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The release job: gate the signed run again (trusting nothing the qualify job said), then
+# publish the checkpoint with its evidence to the policy's repository, in one commit.
+#
+# Inputs (environment): RUNS, CHECKPOINT, DRAFT_REVISION, VERIFY_KEY_PEM (as gate.sh), HF_TOKEN
+# (read by the hub client from the environment; never on a command line or in a log).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/ci/lib.sh
+source scripts/ci/lib.sh
+
+ci_require HF_TOKEN
+run_dir=$(bash scripts/ci/gate.sh | tail -n 1)
+repo=$(ci_policy repository)
+"$QUALIFY_BIN" publish --checkpoint "$CHECKPOINT" --run-dir "$run_dir" --repo "$repo" \
+    --message "Release $DRAFT_REVISION (qualified, attestation verified)"

@@ -1,0 +1,61 @@
+"""qualify.release.policy: the committed release policy, and the refusals of one that cannot be used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qualify.errors import UsageError
+from qualify.profile import load_profile
+from qualify.release.policy import check_repo_id, load_policy, main
+
+
+def test_the_shipped_policy_names_the_release_profile_its_levels_and_repository() -> None:
+    policy = load_policy()
+    assert policy.profile == "glm53-flash-dflash2-mxfp8-tp4"
+    assert policy.required_levels[:len(load_profile(policy.profile).required_levels)] == \
+        load_profile(policy.profile).required_levels
+    assert policy.repository == "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return path
+
+
+def test_require_adds_levels_to_the_profile_never_replaces_them(tmp_path: Path) -> None:
+    policy = load_policy(_write(tmp_path, 'profile = "fixture"\nrequire = ["load", "structure"]\nrepository = "o/n"\n'))
+    assert policy.required_levels == (*load_profile("fixture").required_levels, "load")
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('profile = "my-lenient"\nrepository = "o/n"\n', "is not a profile this harness ships"),
+    ('profile = "fixture"\nrepository = "o/n"\nrequire = ["speed"]\n', "unknown level(s) speed"),
+    ('profile = "fixture"\nrepository = "https://evil/o/n"\n', "is not a hub repository id"),
+    ('profile = "fixture"\nrepository = "o/n"\nrelease_repo = "x/y"\n', "unknown key(s) release_repo"),
+    ('profile = "fixture"\n', "names no repository"),
+    ('profile = \n', "not valid TOML"),
+])
+def test_a_policy_that_cannot_be_used_is_refused_naming_why(tmp_path: Path, text: str, words: str) -> None:
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_policy(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize("repo", ["o/n", "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8"])
+def test_a_plain_repo_id_is_accepted(repo: str) -> None:
+    assert check_repo_id(repo) == repo
+
+
+@pytest.mark.parametrize("repo", ["o", "o/n/x", "../n", "o/..", "o/n;ls", "o/$(x)", "-o/n", "o/n\n", ""])
+def test_anything_but_owner_name_is_refused(repo: str) -> None:
+    with pytest.raises(UsageError, match="is not a hub repository id"):
+        check_repo_id(repo)
+
+
+def test_the_scripts_read_one_field(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["repository"]) == 0
+    assert capsys.readouterr().out == "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8\n"
+    assert main(["nothing"]) == 2
+    assert "usage:" in capsys.readouterr().err
