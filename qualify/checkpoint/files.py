@@ -33,6 +33,15 @@ NEVER_LOADED_NAMES = (
     "NOTICE", "NOTICE.md", "NOTICE.txt", "COPYING", "COPYING.md", "COPYING.txt",
     ".gitattributes", ".gitignore",
 )
+#: What a release publishes beside the weights (:mod:`qualify.release.publish`): the run's evidence, by
+#: exact path in one folder of the repository. vLLM loads only the top level's ``*.safetensors`` and
+#: config and tokenizer files by fixed names, so these are never read; the list is exact paths, never
+#: the folder: ``qualification/model.safetensors`` is not on it. With the model card (``README.md``,
+#: written after qualification) they are never signed subjects.
+EVIDENCE_FOLDER = "qualification"
+EVIDENCE_PATHS = tuple(f"{EVIDENCE_FOLDER}/{name}" for name in
+                       ("attestation.intoto.jsonl", "model.sig", "report.json", "report.md"))
+MODEL_CARD = "README.md"
 #: Suffixes (lower case) of files no runtime reads: documents and pictures. vLLM and transformers
 #: read weights (``*.safetensors``, ``*.bin``, ``*.pt``, their ``*.index.json``), JSON configs and
 #: tokenizer files by name, ``*.py`` with trust_remote_code; none of them ends so.
@@ -63,11 +72,11 @@ def skipped(rel: str) -> bool:
 def is_never_loaded(rel: str) -> bool:
     """Whether no runtime reads this file when it loads a checkpoint (a README, an image, a licence).
 
-    Only in a folder an upload leaves out, by an exact name of :data:`NEVER_LOADED_NAMES`, or by a
-    suffix of :data:`NEVER_LOADED_SUFFIXES`; never when the name ends with a suffix a runtime
-    reads (:data:`RUNTIME_SUFFIXES`).
+    Only in a folder an upload leaves out, at an exact path of :data:`EVIDENCE_PATHS`, by an exact
+    name of :data:`NEVER_LOADED_NAMES`, or by a suffix of :data:`NEVER_LOADED_SUFFIXES`; never
+    otherwise when the name ends with a suffix a runtime reads (:data:`RUNTIME_SUFFIXES`).
     """
-    if skipped(rel):
+    if skipped(rel) or rel in EVIDENCE_PATHS:
         return True
     name = PurePosixPath(rel).name
     if name.lower().endswith(RUNTIME_SUFFIXES):
