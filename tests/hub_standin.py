@@ -10,6 +10,21 @@ checksum look-up, with the headers the client insists on (read in its
 - ``HEAD``/``GET /{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit``, ``ETag``, ``Content-Length``;
 - errors as the hub sends them: 404 with ``X-Error-Code`` ``RepoNotFound``/``RevisionNotFound``/``EntryNotFound``.
 
+And what ``HfApi.create_commit`` (``upload_file``, ``upload_folder``) calls to commit to a branch, read in
+``_commit_api.py`` and ``lfs.py`` (Xet is off: :func:`go_online` sets ``HF_HUB_DISABLE_XET``, so the client
+takes the LFS path a hub without Xet offers):
+
+- ``POST /api/models/{repo}/preupload/{branch}``: each file's ``uploadMode`` (``lfs`` for weights, ``regular``
+  otherwise) and the ``oid`` of the file already there (the client leaves unchanged files out);
+- ``POST /{repo}.git/info/lfs/objects/batch``: an ``upload`` and a ``verify`` action per object not yet stored;
+  ``PUT`` of the bytes to the upload href (refused unless they hash to the oid), ``POST`` to the verify href;
+- ``POST /api/models/{repo}/commit/{branch}``: the NDJSON body (``header``; ``file`` with base64 content;
+  ``lfsFile`` by oid and size, which must have been uploaded; ``deletedFile``): a new commit (40 hex) on the
+  branch, which later downloads see, answered with ``commitOid`` and ``commitUrl``;
+- ``POST /api/validate-yaml`` (a README.md in a commit): no errors.
+
+With ``write_token`` set, a write without ``Authorization: Bearer <write_token>`` is refused (401).
+
 Scenarios are data: a repo has commits (path -> bytes) and branches; ``advertise`` makes
 the hub claim another sha256 for a file than its bytes have; ``serve_bytes`` makes it
 serve other bytes than it advertises. Every request is recorded (method, path, whether an
@@ -18,6 +33,7 @@ Authorization header came), so tests can see what the client did.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import threading
@@ -32,7 +48,8 @@ LFS_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
 def go_online(monkeypatch: Any) -> None:
-    """Let huggingface_hub reach a hub (the stand-in): offline switches and a token off, progress bars quiet."""
+    """Let huggingface_hub reach a hub (the stand-in): offline switches and a token off, progress bars quiet,
+    uploads by LFS (the stand-in does not speak Xet; a subprocess needs HF_HUB_DISABLE_XET=1 in its env)."""
     from huggingface_hub import constants
     from huggingface_hub.utils import disable_progress_bars
 
@@ -40,6 +57,8 @@ def go_online(monkeypatch: Any) -> None:
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -67,6 +86,18 @@ class StandinRepo:
         lfs = path.endswith(LFS_SUFFIXES)
         return {"path": path, "size": len(data), "blob_id": git_blob_sha1(data), "sha256": sha if lfs else None}
 
+    def commit(self, branch: str, files: dict[str, bytes], deleted: set[str], summary: str) -> str:
+        """A new commit on ``branch``: its head's files, ``files`` written over them, ``deleted`` removed."""
+        parent = self.branches[branch]
+        tree = {p: d for p, d in self.commits[parent].items() if p not in deleted}
+        tree.update(files)
+        listing = "".join(f"{p}\0{hashlib.sha256(d).hexdigest()}\n" for p, d in sorted(tree.items()))
+        oid = hashlib.sha1(f"{parent}\n{len(self.commits)}\n{summary}\n{listing}".encode(),
+                           usedforsecurity=False).hexdigest()
+        self.commits[oid] = tree
+        self.branches[branch] = oid
+        return oid
+
 
 @dataclass
 class Request:
@@ -76,11 +107,17 @@ class Request:
 
 
 class StandinHub:
-    def __init__(self, repos: list[StandinRepo], *, echo_auth_in_errors: bool = False) -> None:
+    def __init__(self, repos: list[StandinRepo], *, echo_auth_in_errors: bool = False,
+                 write_token: str | None = None) -> None:
         self.repos = {r.repo_id: r for r in repos}
         self.requests: list[Request] = []
         # A misbehaving hub/proxy that quotes the Authorization header back in error bodies.
         self.echo_auth_in_errors = echo_auth_in_errors
+        # The token a write must carry (None: any or none).
+        self.write_token = write_token
+        # LFS objects uploaded (sha256 -> bytes), shared by every repository as the hub's storage is.
+        self.lfs_objects: dict[str, bytes] = {}
+        self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -113,6 +150,12 @@ class StandinHub:
 
             def do_GET(self) -> None:
                 hub._handle(self, head=False)
+
+            def do_POST(self) -> None:
+                hub._handle_write(self)
+
+            def do_PUT(self) -> None:
+                hub._handle_write(self)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -232,3 +275,120 @@ class StandinHub:
         h.end_headers()
         if not head:
             h.wfile.write(data)
+
+    # ---- writes (create_commit)
+    def _handle_write(self, h: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(h.path)
+        # Split before unquoting: a branch comes quoted whole (refs%2Fpr%2F1 is one part).
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        self.requests.append(Request(h.command, h.path, "authorization" in {k.lower() for k in h.headers}))
+        body = self._read_body(h)
+        if parts == ["api", "validate-yaml"] and h.command == "POST":
+            return self._json(h, {"errors": [], "warnings": []})
+        # The upload href stands for a presigned storage URL: the client sends it no Authorization.
+        if self.write_token is not None and parts[0] != "lfs-upload" \
+                and h.headers.get("Authorization") != f"Bearer {self.write_token}":
+            return self._error(h, 401, "Unauthorized", "Invalid credentials in Authorization header")
+        if h.command == "POST" and parts[:2] == ["api", "models"] and len(parts) == 6:
+            repo_id, action, branch = "/".join(parts[2:4]), parts[4], parts[5]
+            if action == "preupload":
+                return self._preupload(h, repo_id, branch, json.loads(body))
+            if action == "commit":
+                return self._commit(h, repo_id, branch, body)
+        if h.command == "POST" and len(parts) == 6 and parts[2:] == ["info", "lfs", "objects", "batch"] \
+                and parts[1].endswith(".git"):
+            return self._lfs_batch(h, f"{parts[0]}/{parts[1][:-4]}", json.loads(body))
+        if h.command == "PUT" and len(parts) == 2 and parts[0] == "lfs-upload":
+            if hashlib.sha256(body).hexdigest() != parts[1]:
+                return self._error(h, 400, "BadRequest", f"the uploaded bytes do not hash to {parts[1]}")
+            with self._lock:
+                self.lfs_objects[parts[1]] = body
+            return self._json(h, {})
+        if h.command == "POST" and len(parts) == 2 and parts[0] == "lfs-verify":
+            want = json.loads(body)
+            stored = self.lfs_objects.get(parts[1])
+            if stored is None or len(stored) != want.get("size"):
+                return self._error(h, 404, "EntryNotFound", f"LFS object {parts[1]} was not uploaded")
+            return self._json(h, {})
+        self._error(h, 404, "RepoNotFound", f"no route {h.command} {url.path}")
+
+    @staticmethod
+    def _read_body(h: BaseHTTPRequestHandler) -> bytes:
+        if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(h.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while h.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return out
+                out += h.rfile.read(size)
+                h.rfile.readline()
+        return h.rfile.read(int(h.headers.get("Content-Length") or 0))
+
+    def _branch(self, h: BaseHTTPRequestHandler, repo_id: str, branch: str) -> StandinRepo | None:
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            self._error(h, 404, "RepoNotFound", f"Repository {repo_id} not found")
+            return None
+        if branch not in repo.branches:
+            self._error(h, 404, "RevisionNotFound", f"Invalid rev id: {branch} (not a branch)")
+            return None
+        return repo
+
+    def _preupload(self, h: BaseHTTPRequestHandler, repo_id: str, branch: str, payload: dict) -> None:
+        repo = self._branch(h, repo_id, branch)
+        if repo is None:
+            return
+        head = repo.commits[repo.branches[branch]]
+        out = []
+        for f in payload["files"]:
+            lfs = f["path"].endswith(LFS_SUFFIXES)
+            there = head.get(f["path"])
+            oid = None if there is None else hashlib.sha256(there).hexdigest() if lfs else git_blob_sha1(there)
+            out.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
+                        "oid": oid})
+        self._json(h, {"files": out, "commitOid": repo.branches[branch]})
+
+    def _lfs_batch(self, h: BaseHTTPRequestHandler, repo_id: str, payload: dict) -> None:
+        if repo_id not in self.repos:
+            return self._error(h, 404, "RepoNotFound", f"Repository {repo_id} not found")
+        objects = []
+        for obj in payload["objects"]:
+            item: dict = {"oid": obj["oid"], "size": obj["size"], "authenticated": True}
+            if obj["oid"] not in self.lfs_objects:
+                item["actions"] = {"upload": {"href": f"{self.url}/lfs-upload/{obj['oid']}"},
+                                   "verify": {"href": f"{self.url}/lfs-verify/{obj['oid']}"}}
+            objects.append(item)
+        self._json(h, {"transfer": "basic", "objects": objects})
+
+    def _commit(self, h: BaseHTTPRequestHandler, repo_id: str, branch: str, body: bytes) -> None:
+        repo = self._branch(h, repo_id, branch)
+        if repo is None:
+            return
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        if not lines or lines[0].get("key") != "header":
+            return self._error(h, 400, "BadRequest", "the commit's first line must be its header")
+        header = lines[0]["value"]
+        files: dict[str, bytes] = {}
+        deleted: set[str] = set()
+        for line in lines[1:]:
+            key, value = line.get("key"), line.get("value") or {}
+            if key == "file" and value.get("encoding") == "base64":
+                files[value["path"]] = base64.b64decode(value["content"])
+            elif key == "lfsFile":
+                data = self.lfs_objects.get(value.get("oid"))
+                if data is None or len(data) != value.get("size"):
+                    return self._error(h, 400, "BadRequest", f"{value.get('path')}: LFS object not uploaded")
+                files[value["path"]] = data
+            elif key == "deletedFile":
+                deleted.add(value["path"])
+            else:
+                return self._error(h, 400, "BadRequest", f"unsupported commit operation {key!r}")
+        with self._lock:
+            parent = header.get("parentCommit")
+            if parent is not None and parent != repo.branches[branch]:
+                return self._error(h, 412, "PreconditionFailed", f"{branch} is not at {parent}")
+            oid = repo.commit(branch, files, deleted, header.get("summary", ""))
+        self._json(h, {"success": True, "commitOid": oid, "commitUrl": f"{self.url}/{repo_id}/commit/{oid}",
+                       "commitMessage": header.get("summary", ""), "hookOutput": "", "pullRequestUrl": None})
