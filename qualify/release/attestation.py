@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qualify.checkpoint.files import is_never_loaded, list_checkpoint_files
+from qualify.checkpoint.files import EVIDENCE_PATHS, MODEL_CARD, is_never_loaded, list_checkpoint_files
 from qualify.errors import AttestationError, HarnessError, JsonProblem, SigningKeyError
 from qualify.util.atomic import atomic_write_text
 from qualify.util.jsonio import located, parse_strict
@@ -339,7 +339,10 @@ def sign_model(checkpoint: Path, key: SigningKey, out: Path) -> dict[str, Any]:
         # A hub snapshot's files are symlinks into the cache's blobs; the bytes signed are the targets'.
         # The files no runtime loads (the model card, images, licences) are left out, as the gate leaves
         # them out: the card's validation section is written into README.md after qualification.
-        ignored = [rel for rel in list_checkpoint_files(checkpoint) if is_never_loaded(rel)]
+        # The card and the evidence a release publishes beside the weights are named whether they are here
+        # or not: the bundle's signed list of ignored paths lets the standard tool verify the published repo.
+        ignored = sorted({*(rel for rel in list_checkpoint_files(checkpoint) if is_never_loaded(rel)),
+                          MODEL_CARD, *EVIDENCE_PATHS})
         config = signing.Config().set_hashing_config(
             hashing.Config().set_allow_symlinks(True).set_ignored_paths(paths=ignored))
         tmp = out.with_name(f".{out.name}.tmp")
@@ -366,13 +369,17 @@ def verify_model_signature(checkpoint: Path, bundle: Path, public_key: Path) -> 
             not the ones it names (the files that differ are named).
     """
     try:
-        from model_signing import verifying
+        from model_signing import hashing, verifying
     except ImportError as exc:
         raise AttestationError(f"verifying {bundle} needs the model-signing package ({exc}); "
                                "install qualify[sign]") from None
     # Files the signature does not name are left to the attestation's subjects (a file a runtime loads
     # that no one signed is refused there); the ones it names must be byte for byte the signed ones.
-    config = verifying.Config().use_elliptic_key_verifier(public_key=public_key).set_ignore_unsigned_files(True)
+    # A downloaded release is a hub cache snapshot, its files links into the blobs (where the gate has
+    # checked they stay): followed as signing followed them. model-signing's configuration guessed from
+    # the bundle would refuse every link, whatever the bundle says.
+    config = (verifying.Config().use_elliptic_key_verifier(public_key=public_key)
+              .set_hashing_config(hashing.Config().set_allow_symlinks(True)).set_ignore_unsigned_files(True))
     try:
         config.verify(checkpoint, bundle)
     except Exception as exc:  # model-signing raises ValueError, its protobuf and crypto layers their own
