@@ -13,4 +13,4 @@ ci_require HF_TOKEN
 run_dir=$(bash scripts/ci/gate.sh | tail -n 1)
 repo=$(ci_policy repository)
 "$QUALIFY_BIN" publish --checkpoint "$CHECKPOINT" --run-dir "$run_dir" --repo "$repo" \
-    --message "Release $DRAFT_REVISION (qualified, attestation verified)"
+    --commit-message "Release $DRAFT_REVISION (qualified, attestation verified)"
