@@ -1,8 +1,9 @@
 """Root conftest: the qualification suites' options, and the plugin that turns them into a report.
 
-``qualify check`` runs ``suites/`` in-process with its own plugin. Running
-``pytest suites --checkpoint DIR [--source DIR] [--profile P] [--report-dir D]`` by hand
-goes through the same plugin and writes the same report.
+``qualify run`` runs ``suites/`` in-process with its own plugin and its typed run context.
+Running ``pytest suites --checkpoint DIR [--source DIR] [--profile P] [--report-dir D]`` by
+hand goes through the same plugin and writes the same report: its options are read here,
+once, into the same context (:func:`qualify.run.context.context_from_pytest`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from qualify.profile import load_profile
     from qualify.report.model import parse_levels
+    from qualify.run.context import context_from_pytest
     from qualify.run.pinning import pinned_copy, record_pinned
     from qualify.run.runner import claim_run_dir, finish_run, new_run
     from qualify.run.suite_plugin import QualifyPlugin
@@ -41,5 +43,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(stack.close)
         pinned = stack.enter_context(pinned_copy(Path(checkpoint)))
         record_pinned(run, pinned)
-    config.pluginmanager.register(QualifyPlugin(run, on_finish=lambda r: finish_run(r, run_dir), profile=profile,
+    context = context_from_pytest(config, profile, run_dir)
+    config.pluginmanager.register(QualifyPlugin(run, context, on_finish=lambda r: finish_run(r, run_dir),
                                                 pinned=pinned))

@@ -23,6 +23,7 @@ from qualify.errors import HarnessError, UsageError
 from qualify.profile import Profile
 from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB_METADATA, SigningKey
 from qualify.report.model import LEVELS, Run
+from qualify.run.context import GivenServers, LaunchOptions, RunContext
 from qualify.run.pinning import PINNED_KEY, pinned_copy, record_pinned
 
 CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
@@ -58,7 +59,6 @@ class RunOptions:
     source_server_log: Path | None = None
     junit_xml: Path | None = None
     command: Sequence[str] = ()
-    extra_suite_args: Sequence[str] = ()
     sign_key: SigningKey | None = None  # sign the run: attestation.intoto.jsonl beside report.json
     sign_model: bool = False  # also sign the checkpoint folder in the OpenSSF model-signing format
 
@@ -211,29 +211,21 @@ def resolve_source(opts: RunOptions) -> Resolved:
     return _fetch(repo, revision, "source", opts.hf_cache)
 
 
-def _suite_args(opts: RunOptions, run_dir: Path, draft: Resolved) -> list[str]:
-    # --name=VALUE, never two arguments: see runner.run_suites.
-    out = [f"--runtime-log-dir={run_dir}"]
-    for flag, value in (("--draft-revision", draft.revision), ("--image-digest", opts.image_digest),
-                        ("--hf-cache", opts.hf_cache), ("--endpoint", opts.endpoint),
-                        ("--reference-endpoint", opts.reference_endpoint), ("--source-endpoint", opts.source_endpoint),
-                        ("--server-log", opts.server_log), ("--source-server-log", opts.source_server_log),
-                        # pytest writes JUnit into the run folder; deliver_junit copies it where it was asked for
-                        # once the report is written, so a path that cannot be written never costs the report.
-                        ("--junitxml", run_dir / JUNIT_NAME if opts.junit_xml else None)):
-        if value:
-            out.append(f"{flag}={value}")
-    if opts.allow_unpinned:
-        out.append("--allow-unpinned")
-    if opts.trust_local_source:
-        out.append("--trust-local-source")
+def run_context(opts: RunOptions, run_dir: Path, draft: Resolved, source: Resolved) -> RunContext:
+    """What the suites are asked to do, typed, from the run's options and its resolved inputs."""
     launches = "load" in opts.levels or (opts.profile.serves_from_runtime and opts.endpoint is None
                                          and any(lv in SERVING_LEVELS for lv in opts.levels))
-    if opts.image_digest is None and launches and opts.profile.image_build \
-            and not opts.profile.runtime.image_digest:
-        # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.
-        out.append("--build-image")
-    return out + list(opts.extra_suite_args)
+    # Built by the load level itself, when it starts: a run whose checkpoint levels fail builds nothing.
+    build = (opts.image_digest is None and launches and opts.profile.image_build is not None
+             and not opts.profile.runtime.image_digest)
+    return RunContext(
+        profile=opts.profile, checkpoint=draft.path, source=source.path, trust_local_source=opts.trust_local_source,
+        servers=GivenServers(endpoint=opts.endpoint, reference_endpoint=opts.reference_endpoint,
+                             source_endpoint=opts.source_endpoint, server_log=opts.server_log,
+                             source_server_log=opts.source_server_log),
+        launch=LaunchOptions(draft_revision=draft.revision, image_digest=opts.image_digest, build_image=build,
+                             allow_unpinned=opts.allow_unpinned, hf_cache=opts.hf_cache, log_dir=run_dir),
+    )
 
 
 def run_qualification(opts: RunOptions) -> tuple[Run, Path, int]:
@@ -307,7 +299,7 @@ def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Pat
             and any(lv in SERVING_LEVELS for lv in opts.levels)):
         # Started by the first serving check that needs it: none when an earlier level failed. A missing
         # vLLM venv or model folder is then reported by every serving check. (A profile that serves from its
-        # runtime starts its servers with the load level's container: suites/runtime_fixtures.py.)
+        # runtime starts its servers with the load level's container: qualify/run/fixtures/runtime.py.)
         local = LocalServing(profile, run_dir, target=opts.target,
                              checkpoint=pinned.copy if pinned is not None else draft.path, levels=opts.levels)
 
@@ -318,8 +310,10 @@ def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Pat
                 r.environment["local_server"] = local.summary()
 
     try:
-        code = run_suites(run, profile=profile, checkpoint=draft.path, source=source.path, report_dir=run_dir,
-                          extra_args=_suite_args(opts, run_dir, draft), local_serving=local,
+        # pytest writes JUnit into the run folder; deliver_junit copies it where it was asked for once the
+        # report is written, so a path that cannot be written never costs the report.
+        code = run_suites(run, run_context(opts, run_dir, draft, source), report_dir=run_dir,
+                          junit_xml=run_dir / JUNIT_NAME if opts.junit_xml else None, local_serving=local,
                           before_finish=before_finish, pinned=pinned)
     finally:
         if local is not None:

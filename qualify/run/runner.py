@@ -25,6 +25,7 @@ from qualify.errors import HarnessError, QualifyError, RunFolderExists
 from qualify.profile import Profile
 from qualify.report.markdown import CHART_KEY, chart_file, chart_files, render_markdown
 from qualify.report.model import LEVELS, Check, LevelResult, Run, write_json
+from qualify.run.context import RunContext
 from qualify.run.pinning import pinned_copy, record_pinned
 from qualify.util.atomic import atomic_write_text
 from qualify.util.identifiers import new_run_id
@@ -175,21 +176,20 @@ def sigterm_as_interrupt(run: Run) -> Iterator[None]:
 
 def run_suites(
     run: Run,
+    context: RunContext,
     *,
-    profile: Profile,
-    checkpoint: Path | None,
-    source: Path | None,
     report_dir: Path | None,
-    extra_args: Sequence[str] = (),
+    junit_xml: Path | None = None,
     local_serving: Any = None,
     before_finish: Callable[[Run], None] | None = None,
     pinned: PinnedFolder | None = None,
 ) -> int:
-    """Run the suites for the levels laid out in ``run``; returns pytest's exit code.
+    """Run the suites for the levels laid out in ``run``, under ``context``; returns pytest's exit code.
 
-    ``local_serving`` is handed to the serving fixtures (:mod:`qualify.serving.local_servers`);
-    ``before_finish`` runs before the report is written (to stop servers and record them); ``pinned`` is
-    ``checkpoint`` as the run pinned it (the checks read its copy, and it is verified again at the end).
+    ``junit_xml`` is where pytest writes its JUnit XML; ``local_serving`` is handed to the serving
+    fixtures (:mod:`qualify.serving.local_servers`); ``before_finish`` runs before the report is
+    written (to stop servers and record them); ``pinned`` is the checkpoint as the run pinned it
+    (the checks read its copy, and it is verified again at the end).
     """
     import pytest
 
@@ -198,18 +198,15 @@ def run_suites(
     if not SUITES_DIR.is_dir():
         raise HarnessError(f"{SUITES_DIR}: the qualification suites are missing (install qualify from its checkout)")
     # pytest's own terminal output (dots, "errors" for fixture failures) would speak of tests,
-    # not checks; the plugin prints one line per check instead.
-    # Option values are given as --name=VALUE: pytest reads its arguments once before the suites'
-    # options are known, and then takes a separate path value for a test path, loading any
-    # conftest.py in that folder or above it (a checkpoint inside another checkout would run
-    # that checkout's code). --confcutdir keeps conftests outside this repository out too.
+    # not checks; the plugin prints one line per check instead. Nothing of the run travels
+    # here: the suites read the context the plugin carries. --confcutdir keeps conftests
+    # outside this repository out (a checkpoint inside another checkout must not run its code).
     args = [str(SUITES_DIR), "-o", "addopts=", "--strict-markers", "-p", "no:cacheprovider", "-p", "no:terminal",
-            f"--confcutdir={REPO_ROOT}", f"--profile={profile.path}"]
-    if checkpoint is not None:
-        args.append(f"--checkpoint={checkpoint}")
-    if source is not None:
-        args.append(f"--source={source}")
-    args += list(extra_args)
+            f"--confcutdir={REPO_ROOT}"]
+    if junit_xml is not None:
+        args.append(f"--junitxml={junit_xml}")
+    checkpoint = context.checkpoint
+
     def finish(r: Run) -> None:
         if before_finish is not None:
             before_finish(r)
@@ -220,8 +217,8 @@ def run_suites(
             # A caller that did not pin the checkpoint gets it pinned here, for this call only.
             pinned = stack.enter_context(pinned_copy(Path(checkpoint)))
             record_pinned(run, pinned)
-        plugin = QualifyPlugin(run, on_finish=finish, progress=print_check, local_serving=local_serving,
-                               profile=profile, pinned=pinned)
+        plugin = QualifyPlugin(run, context, on_finish=finish, progress=print_check, local_serving=local_serving,
+                               pinned=pinned)
         with sigterm_as_interrupt(run):
             try:
                 return int(pytest.main(args, plugins=[plugin]))

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from qualify.checkpoint.pinned import PinnedFolder
-from qualify.errors import CheckpointError, QualifyError, RuntimeNotStarted
-from qualify.profile import Profile
+from qualify.errors import CheckpointError, HarnessError, QualifyError, RuntimeNotStarted
 from qualify.report.model import LEVELS, Check, Evidence, Run, Status
+from qualify.run.context import RunContext
 from qualify.run.pinning import reverify
 
 
@@ -43,6 +43,8 @@ GATED_FROM = "load"
 
 
 def add_options(parser: pytest.Parser) -> None:
+    # For `pytest suites --checkpoint DIR ...` by hand only: the root conftest turns these into the run's
+    # context once (qualify.run.context.context_from_pytest); qualify run passes its context in-process.
     group = parser.getgroup("qualify", "qualification suites")
     group.addoption("--checkpoint", type=Path, default=None, help="the checkpoint directory to qualify")
     group.addoption("--source", type=Path, default=None, help="the source (unquantized) checkpoint directory")
@@ -100,15 +102,17 @@ def check_title(item: pytest.Item) -> str:
 class QualifyPlugin:
     """Collects one :class:`Check` per suite test into ``run``; levels must already be laid out in ``run``."""
 
-    def __init__(self, run: Run, on_finish: Any = None, progress: Any = None, local_serving: Any = None,
-                 profile: Profile | None = None, pinned: PinnedFolder | None = None) -> None:
+    def __init__(self, run: Run, context: RunContext, on_finish: Any = None, progress: Any = None,
+                 local_serving: Any = None, pinned: PinnedFolder | None = None) -> None:
         self.run = run
+        # What the run was asked to do, typed: the suites read this, never pytest's options.
+        self.context = context
         # The checkpoint as the run pinned it (qualify.checkpoint.pinned): the checks read its copy, and the
         # folder is hashed again before the report is written.
         self.pinned = pinned
         # The profile the run was started with, parsed once: the suites read this object rather
         # than load the file again (which could have changed since the run hashed it).
-        self.profile = profile
+        self.profile = context.profile
         # The local servers of a profile's [local_server], started by the caller (qualify.serving.local_servers).
         self.local_serving = local_serving
         self.on_finish = on_finish
@@ -248,13 +252,26 @@ def find_plugin(config: pytest.Config) -> QualifyPlugin | None:
     return None
 
 
+def run_context(config: pytest.Config) -> RunContext:
+    """The context of the run these suites belong to.
+
+    Raises:
+        HarnessError: the suites were started outside a qualification run (``qualify run``, or
+            ``pytest suites --checkpoint DIR``), so there is nothing to qualify.
+    """
+    plugin = find_plugin(config)
+    if plugin is None:
+        raise HarnessError("the qualification suites run inside a qualification run: qualify run, or pytest suites "
+                           "--checkpoint DIR")
+    return plugin.context
+
+
 def checkpoint_path(config: pytest.Config) -> Path | None:
-    """The checkpoint folder the checks read: the run's pinned copy, else ``--checkpoint`` as given."""
+    """The checkpoint folder the checks read: the run's pinned copy, else the folder as named."""
     plugin = find_plugin(config)
     if plugin is not None and plugin.pinned is not None:
         return plugin.pinned.copy
-    path = config.getoption("--checkpoint")
-    return Path(path) if path is not None else None
+    return run_context(config).checkpoint
 
 
 @pytest.fixture

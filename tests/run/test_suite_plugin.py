@@ -13,6 +13,7 @@ import pytest
 
 from qualify.profile import load_profile
 from qualify.report.model import Run, Status
+from qualify.run.context import RunContext
 from qualify.run.runner import new_run
 from qualify.run.suite_plugin import QualifyPlugin, check_id, level_of
 
@@ -90,7 +91,7 @@ def run_suites(tmp_path: Path, levels: list[str], structure: str = STRUCTURE_SUI
         (suites / f"test_{tag}_{level}.py").write_text(LEVEL_SUITE.format(level=level))
     run = new_run(load_profile("fixture"), None, None, levels)
     finished: list[Run] = []
-    plugin = QualifyPlugin(run, on_finish=finished.append)
+    plugin = QualifyPlugin(run, RunContext(load_profile("fixture")), on_finish=finished.append)
     pytest.main([str(suites), "-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--rootdir={suites}",
                  "--import-mode=importlib",
                  f"--confcutdir={suites}", "-W", "ignore::pytest.PytestUnknownMarkWarning"], plugins=[plugin])
