@@ -56,10 +56,11 @@ qualify: $(STAMP) $(LOCAL_RUNTIMES)
 		$(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(QUALIFY_ARGS)
 
 # The release gate on a signed run: make gate ATTESTATION=reports/<run>/attestation.intoto.jsonl VERIFY_KEY=pub.pem
-# (CHECKPOINT defaults to the fixture's for the fixture profile; REVISION and REQUIRE are passed when set).
+# (the run must have been made under PROFILE, a shipped profile, byte for byte; CHECKPOINT defaults to the
+# fixture's for the fixture profiles; REVISION and REQUIRE, levels added to the profile's, are passed when set).
 gate: $(STAMP)
 	$(VENV)/bin/qualify gate --attestation $(ATTESTATION) --verify-key $(VERIFY_KEY) --checkpoint $(CHECKPOINT) \
-		$(if $(REVISION),--revision $(REVISION)) $(if $(REQUIRE),--require $(REQUIRE))
+		--profile $(PROFILE) $(if $(REVISION),--revision $(REVISION)) $(if $(REQUIRE),--require $(REQUIRE))
 
 # What the fixture profile's runtime and serving levels run on here, each step reused when done:
 # a Docker engine (the stand-in image is built by the run itself), the vLLM CPU venv, the serving fixture.

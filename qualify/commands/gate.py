@@ -3,27 +3,40 @@
 For a release the gate takes a signed attestation (``--attestation`` and ``--verify-key``)
 and trusts nothing it has not verified. A bare report.json is something anyone can edit:
 it is refused unless ``--allow-unsigned`` says to accept that, and then the gate says so.
+Either way the run must have been made under a profile this harness ships, byte for byte
+(``--profile`` pins which), and the levels that profile requires are required: ``--require``
+adds levels, it never drops one.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED
 from qualify.errors import UsageError
 from qualify.util.escape import escape_terminal
 
+if TYPE_CHECKING:
+    from qualify.checkpoint.files import FileEntry
+    from qualify.release.gate import ShippedProfile
+
 EPILOG = """\
 exit codes:
-  0  the release may ship: the attestation verifies with the key and qualifies exactly this checkpoint at
-     the required levels (with --allow-unsigned: the unsigned report does, and the gate says it is unsigned)
+  0  the release may ship: the attestation verifies with the key and qualifies exactly this checkpoint, under a
+     profile shipped with this harness, at every level that profile requires and --require adds (with
+     --allow-unsigned: the unsigned report does, and the gate says it is unsigned); the line names the profile
+     and its sha256
   1  refused: one line per reason (no or a bad signature, a file changed, missing or added after signing, a
-     level not passed or missing, a made-up or missing check, another profile, an unverified revision,
-     an interrupted run, a harness error, an unsigned report without --allow-unsigned)
-  2  usage error: no such file, an unreadable key, an unknown level, no identity to compare, a profile the
-     harness does not ship without --require
+     level not passed or missing, a level run on a stand-in or resting on a server log the caller gave, a
+     made-up or missing check, a profile this harness does not ship, an edited one or not the --profile one,
+     an unverified revision, an interrupted run, a harness error, an unsigned report without --allow-unsigned)
+  2  usage error: no such file, a path that is not a regular file (a FIFO, a socket, a device), an unreadable
+     key, an unknown level, no identity to compare, a --profile this harness does not ship
 """
 
 UNSIGNED = "UNSIGNED (--allow-unsigned): the report was not verified by any signature"
@@ -34,8 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gate", help="refuse a release unless a signed attestation qualifies exactly this checkpoint",
         description="Verify the attestation's signature with --verify-key, then check that what it states licenses "
         "releasing the checkpoint: every file in --checkpoint is the one signed, the verdict is qualified, every "
-        "required level passed with exactly the checks this harness defines, under the shipped profile, and "
-        "--revision (if given) is the revision the run verified against the bytes.",
+        "required level passed with exactly the checks this harness defines, none on a stand-in or on a server "
+        "log the caller gave, under a profile shipped with this harness (byte for byte), and --revision (if given) "
+        "is the revision the run verified against the bytes.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("report", type=Path, nargs="?",
@@ -48,8 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-unsigned", action="store_true",
                    help="accept a report without an attestation (anyone can edit one); the output says so")
     p.add_argument("--require", metavar="LEVELS",
-                   help="comma-separated levels that must have passed (default: the run's profile's required "
-                   "levels, which needs a profile shipped with this harness)")
+                   help="comma-separated levels that must also have passed: added to the shipped profile's required "
+                   "levels, never in place of them")
+    p.add_argument("--profile", metavar="NAME",
+                   help="the shipped profile the release is qualified under: the run must have been made under "
+                   "exactly it (name and sha256); default: the profile the run names, which must be a shipped one")
+    p.add_argument("--release-policy", action="store_true",
+                   help="judge under the committed release policy (qualify/release/policy.toml): its profile, as "
+                   "--profile, and the levels it adds, as --require")
     p.add_argument("--checkpoint", type=Path, metavar="DIR",
                    help="the directory about to be released: every file must be the one signed (or reported), and "
                    "every load-relevant file in it must be signed (or reported)")
@@ -65,27 +85,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from qualify.release.attestation import ATTESTATION_NAME
-    from qualify.release.gate import check_revision_argument, parse_require
+    from qualify.release.gate import check_revision_argument, parse_require, shipped_profile_named
 
-    # Usage first, before any hashing: these are the caller's mistakes, not the release's.
-    if args.report is not None and not args.report.is_file():
-        raise UsageError(f"{args.report}: no such report file")
+    # Usage first, before any hashing: these are the caller's mistakes, not the release's. Nothing
+    # is read before it is known to be a regular file (a FIFO would block the gate on its first read).
+    if args.report is not None:
+        _regular_file(args.report, "report")
+    if args.verify_key is not None:
+        _regular_file(args.verify_key, "verify key")
     attestation = args.attestation
     if attestation is None and args.verify_key is not None:
         if args.report is None:
             raise UsageError("--verify-key: say which attestation to verify (--attestation FILE)")
         attestation = args.report.parent / ATTESTATION_NAME
-        if not attestation.is_file() and not args.allow_unsigned:
+        if not attestation.exists() and not args.allow_unsigned:
             # The report came without its attestation: a refusal of the release, not a usage mistake.
             return _refuse([f"{args.report} has no attestation beside it ({ATTESTATION_NAME}): an unsigned report "
                             "cannot license a release (the run was not given --sign-key?)"])
-        if not attestation.is_file():
+        if not attestation.exists():
             attestation = None
     if attestation is not None:
         if args.verify_key is None:
             raise UsageError("--attestation needs --verify-key PUB.pem: an attestation is worth nothing unverified")
-        if not attestation.is_file():
-            raise UsageError(f"{attestation}: no such attestation file")
+        _regular_file(attestation, "attestation")
         if args.checkpoint is None:
             raise UsageError("--attestation needs --checkpoint DIR: the signed files are compared with the directory "
                              "being released")
@@ -101,6 +123,13 @@ def run(args: argparse.Namespace) -> int:
         check_revision_argument(args.revision)
     if args.require is not None:
         parse_require(args.require)
+    if args.release_policy:
+        _apply_release_policy(args)
+    if args.profile is not None and shipped_profile_named(args.profile) is None:
+        from qualify.profile import list_profiles
+
+        raise UsageError(f"--profile {args.profile!r}: not a profile this harness ships "
+                         f"({', '.join(list_profiles())}); a release is qualified under a shipped profile only")
     if attestation is not None:
         return _gate_attestation(args, attestation)
     if not args.allow_unsigned:
@@ -110,20 +139,64 @@ def run(args: argparse.Namespace) -> int:
     return _gate_report(args)
 
 
-def _required(args: argparse.Namespace, profile_name: object, run_id: str) -> tuple[tuple[str, ...], str | None]:
-    """(required levels, shipped profile sha256 or None) for a run made under ``profile_name``."""
-    from qualify.release.gate import parse_require, shipped_profile_named
+def _apply_release_policy(args: argparse.Namespace) -> None:
+    """--release-policy: the committed policy's profile becomes --profile and its levels are added to --require."""
+    from qualify.release.gate import parse_require
+    from qualify.release.policy import load_policy
 
-    shipped = shipped_profile_named(profile_name)
-    if args.require is not None:
-        return parse_require(args.require), shipped[1] if shipped else None
-    if shipped is None:
-        raise UsageError(f"run {run_id} was made under profile {profile_name!r}, which this harness does not ship; "
-                         "say which levels the release requires with --require LEVELS")
-    return shipped
+    policy = load_policy()
+    if args.profile not in (None, policy.profile):
+        raise UsageError(f"--profile {args.profile} contradicts the release policy's profile {policy.profile} "
+                         f"({policy.path})")
+    args.profile = policy.profile
+    added = parse_require(args.require) if args.require is not None else ()
+    args.require = ",".join((*added, *policy.required_levels))
 
 
-def _describe(args: argparse.Namespace) -> tuple[object, list[str]]:
+def _regular_file(path: Path, what: str) -> None:
+    """A usage error naming ``path`` unless it is a regular file: a FIFO, a socket or a device would block
+    the gate on its first read, or feed it without end. Checked with stat before anything opens it, then
+    again on a descriptor opened without blocking (a FIFO's open would wait for a writer)."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            try:
+                mode = os.fstat(fd).st_mode
+            finally:
+                os.close(fd)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such {what} file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = _FILE_KINDS.get(stat.S_IFMT(mode), _OTHER_KIND)
+        raise UsageError(f"{path}: the {what} is not a regular file ({kind}); the gate reads regular files only")
+
+
+_FILE_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
+_OTHER_KIND = "not a plain file"
+
+
+def _release(args: argparse.Namespace, recorded_profile: object) -> tuple[ShippedProfile | None, tuple[str, ...]]:
+    """(the shipped profile the release is qualified under, the levels it requires) for a run made under
+    ``recorded_profile``: --profile, else the recorded one when it is shipped; its required levels and
+    whatever --require adds."""
+    from qualify.release.gate import parse_require, release_levels, shipped_profile_named
+
+    profile = shipped_profile_named(args.profile if args.profile is not None else recorded_profile)
+    added = parse_require(args.require) if args.require is not None else ()
+    return profile, release_levels(profile, added)
+
+
+def _profile_words(profile: ShippedProfile | None) -> str:
+    # Only said on a pass, which a run under no shipped profile never gets (release.gate.profile_refusals).
+    assert profile is not None
+    return f"profile {profile.name} (sha256 {profile.sha256})"
+
+
+def _describe(args: argparse.Namespace) -> tuple[tuple[FileEntry, ...] | None, list[str]]:
     from qualify.errors import CheckpointError
     from qualify.release.gate import describe_checkpoint
 
@@ -160,7 +233,7 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     except AttestationError as exc:
         return _refuse([f"the attestation cannot be trusted: {exc}"])
     att = read_statement(statement)
-    required, profile_sha = _required(args, att.profile_name, str(att.annotation(REPORT, "runId")))
+    profile, required = _release(args, att.profile_name)
     files, reasons = _describe(args)
     if reasons:
         return _refuse(reasons)
@@ -169,9 +242,8 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
         if signed != actual:
             reasons.append(f"{args.report} is not the report the attestation signed (sha256 {actual[:12]}..., signed "
                            f"{(signed or '(none)')[:12]}...): it was altered after signing or belongs to another run")
-    expected = Expected(required_levels=required, checkpoint_files=files, revision=revision,  # type: ignore[arg-type]
-                        profile_sha256=profile_sha, allow_unpinned=args.allow_unpinned,
-                        allow_untrusted_source=args.allow_untrusted_source)
+    expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
+                        allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source)
     reasons += attestation_refusals(att, expected, version=__version__, defined=level_checks())
     signature = att.config.get(MODEL_SIGNATURE)
     if signature is not None:
@@ -193,8 +265,8 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     what = [f"{len(att.subjects)} files in {args.checkpoint} are the ones signed"]
     if revision is not None:
         what.append(f"revision {revision} verified by the run ({att.annotation('draft', 'revisionVerifiedBy')})")
-    print(escape_terminal(f"qualified: {', '.join(required)} passed in run {att.annotation(REPORT, 'runId')}, "
-                          f"attestation signed by {fingerprint}; {'; '.join(what)}"))
+    print(escape_terminal(f"qualified: {', '.join(required)} passed in run {att.annotation(REPORT, 'runId')} under "
+                          f"{_profile_words(profile)}, attestation signed by {fingerprint}; {'; '.join(what)}"))
     return EXIT_QUALIFIED
 
 
@@ -213,13 +285,12 @@ def _gate_report(args: argparse.Namespace) -> int:
         return _refuse([f"the report cannot be trusted: {exc}"], unsigned=True)
     except (ValueError, KeyError, TypeError) as exc:  # a shape the schema allows but the model cannot read
         return _refuse([f"the report cannot be read: {type(exc).__name__}: {exc}"], unsigned=True)
-    required, profile_sha = _required(args, report.profile.get("name"), report.run_id)
+    profile, required = _release(args, report.profile.get("name"))
     files, reasons = _describe(args)
     if reasons:
         return _refuse(reasons, unsigned=True)
-    expected = Expected(required_levels=tuple(required), checkpoint_files=files, revision=revision,  # type: ignore[arg-type]
-                        profile_sha256=profile_sha, allow_unpinned=args.allow_unpinned,
-                        allow_untrusted_source=args.allow_untrusted_source,
+    expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
+                        allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
                         defined_checks=level_checks(), harness_version=__version__)
     reasons = stored_contradictions(stored, report)
     reasons += refusals(report, expected)
@@ -234,7 +305,8 @@ def _gate_report(args: argparse.Namespace) -> int:
     if revision is not None:
         what.append(f"revision {revision} matches")
     what.append(UNSIGNED)
-    print(escape_terminal(f"qualified: {', '.join(required)} passed in report {report.run_id}; {'; '.join(what)}"))
+    print(escape_terminal(f"qualified: {', '.join(required)} passed in report {report.run_id} under "
+                          f"{_profile_words(profile)}; {'; '.join(what)}"))
     return EXIT_QUALIFIED
 
 

@@ -11,10 +11,13 @@ the release gate verifies the signature before it trusts a word of it.
   passed, ``failedTests`` the ids of every other check that ran (failed, error, skipped or
   not run: none of them is a pass). ``configuration`` holds one ResourceDescriptor per
   condition of the run, each under a fixed ``name``: ``qualify`` (the harness and its
-  version), ``report.json`` (the report's sha256, run id, verdict), ``profile`` (its sha256
-  and name), ``draft`` (its revision and whether the run verified that revision against the
-  bytes), ``source``, ``target``, ``runtime-image`` (the image ID the runtime ran),
-  ``prompts/<name>`` (each prompt set's sha256) and, with ``--sign-model``,
+  version), ``report.json`` (the report's sha256, run id, verdict, and each level's ``name``,
+  ``required`` and ``status``, with ``standIn: true`` for a level the profile ran on a
+  stand-in and ``logsGivenBy`` for one resting on a server log the caller gave: neither
+  counts for a release), ``profile`` (its sha256 and name), ``draft`` (its revision and
+  whether the run verified that revision against the bytes), ``source``, ``target``,
+  ``runtime-image`` (the image ID the runtime ran), ``prompts/<name>`` (each prompt set's
+  sha256) and, with ``--sign-model``,
   ``model-signature`` (the OpenSSF model-signing bundle and its root digest).
 - **Envelope**: DSSE, payload type ``application/vnd.in-toto+json``, signed and verified by
   securesystemslib (:class:`~securesystemslib.dsse.Envelope`, ``CryptoSigner``,
@@ -240,6 +243,37 @@ def _image_digest(report: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, 
     return digest, notes
 
 
+def logs_given_by(measured: Mapping[str, Any]) -> list[str]:
+    """The flags that handed in a server log (``--server-log``, ``--source-server-log``) a check's evidence rests
+    on, as its measured values record them (``logs_given_by``, at the top or in ``engine_settings``): a log taken
+    on the caller's word, not read from a server the run started."""
+    found: list[str] = []
+    for holder in (measured, measured.get("engine_settings")):
+        if isinstance(holder, Mapping):
+            found += as_flags(holder.get("logs_given_by"))
+    return list(dict.fromkeys(found))
+
+
+def as_flags(value: Any) -> list[str]:
+    """A recorded list of flags as strings; any other value that is set counts as one (fail closed)."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [str(value)] if value else []
+
+
+def _level_annotation(level: Mapping[str, Any], stand_in: list[str]) -> dict[str, Any]:
+    """One level as the report.json descriptor records it: ``standIn`` when the profile ran it on a stand-in,
+    ``logsGivenBy`` when a check of it rests on a server log the caller gave; neither may count for a release."""
+    out = {"name": level["name"], "required": level.get("required", True), "status": level.get("status")}
+    if level["name"] in stand_in:
+        out["standIn"] = True
+    given = [flag for check in level.get("checks", [])
+             for flag in logs_given_by((check.get("evidence") or {}).get("measured") or {})]
+    if given:
+        out["logsGivenBy"] = list(dict.fromkeys(given))
+    return out
+
+
 def build_statement(report: Mapping[str, Any], report_sha256: str,
                     model_signature: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The in-toto Statement for one run, from its report as written (``Run.to_dict()``) and its sha256.
@@ -260,6 +294,7 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
 
     profile = report.get("profile") or {}
     conditions = profile.get("conditions") or {}
+    stand_in = [str(x) for x in conditions.get("stand_in_levels") or []]
     source = report.get("source") or {}
     target = conditions.get("target") or {}
     harness = report.get("harness") or {}
@@ -271,8 +306,7 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
         _descriptor(REPORT, digest={"sha256": report_sha256}, media_type="application/json",
                     annotations={"runId": report.get("run_id"), "verdict": report.get("verdict"),
                                  "interrupted": report.get("interrupted"), "errors": len(report.get("errors") or []),
-                                 "levels": [{"name": lv["name"], "required": lv.get("required", True),
-                                             "status": lv.get("status")} for lv in report.get("levels", [])]}),
+                                 "levels": [_level_annotation(lv, stand_in) for lv in report.get("levels", [])]}),
         _descriptor(PROFILE, digest={"sha256": profile.get("sha256")}, annotations={"name": profile.get("name")}),
         _descriptor(DRAFT, uri=_hub_uri(checkpoint.get("repo")), annotations={
             "revision": checkpoint.get("revision"), "revisionSource": checkpoint.get("revision_source"),
@@ -514,6 +548,21 @@ class Attested:
 
     def digest(self, name: str, algorithm: str = "sha256") -> str | None:
         return ((self.config.get(name) or {}).get("digest") or {}).get(algorithm)
+
+    def _level_records(self, level: str) -> list[dict[str, Any]]:
+        """The report.json descriptor's records of ``level`` (its ``levels`` annotation)."""
+        records = self.annotation(REPORT, "levels")
+        if not isinstance(records, list):
+            return []
+        return [r for r in records if isinstance(r, dict) and r.get("name") == level]
+
+    def stand_in(self, level: str) -> bool:
+        """Whether the run recorded ``level`` as run on a stand-in (``standIn``): plumbing, never qualification."""
+        return any(bool(r.get("standIn")) for r in self._level_records(level))
+
+    def logs_given_by(self, level: str) -> list[str]:
+        """The flags that handed in a server log ``level`` rests on (``logsGivenBy``), if any."""
+        return list(dict.fromkeys(flag for r in self._level_records(level) for flag in as_flags(r.get("logsGivenBy"))))
 
     @property
     def harness_version(self) -> str | None:

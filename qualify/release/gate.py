@@ -9,12 +9,18 @@ refuses unless every one of these holds, and names each one that does not:
 - the run was not interrupted and recorded no harness errors;
 - the source folder was proven to be the pinned revision (``source.identity``); one trusted
   on ``--trust-local-source`` without proof is refused unless ``--allow-untrusted-source``;
+- the report was made under a profile this harness ships, with that profile's exact bytes
+  (its sha256): an edited copy with fewer requirements cannot pass as it, and a profile of
+  one's own (lenient floors, a wide margin) qualifies for development, never for a release.
+  ``--profile NAME`` pins which shipped profile the release is qualified under;
 - every required level is in the report and ``passed`` (failed, skipped, error,
-  not-run or missing are refusals). The required levels are ``--require``, else the
-  shipped profile's ``levels.required`` -- never the run's own list, since
-  ``qualify check --levels structure`` makes a "qualified" report of one level;
-- a report made under a shipped profile's name was made under that profile's exact
-  bytes (its sha256), so an edited copy with fewer requirements cannot pass as it;
+  not-run or missing are refusals). The required levels are the shipped profile's
+  ``levels.required``, plus any ``--require`` adds (it never drops one) -- never the
+  run's own list, since ``qualify check --levels structure`` makes a "qualified" report
+  of one level;
+- no required level ran on a stand-in (the profile's ``stand_in_levels``: plumbing, it
+  qualifies nothing) or rests on server logs the caller gave (``logs_given_by``: taken on
+  the caller's word, not read from a server the run started);
 - the checkpoint identity matches what is being released: with a directory, every
   file the report lists has the same size and sha256 there, and every load-relevant
   file there is in the report; with a revision, the report's checkpoint revision is it;
@@ -40,10 +46,20 @@ from pathlib import Path
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files, storage_roots
 from qualify.errors import CheckpointError, UsageError
-from qualify.release.attestation import DRAFT, PROFILE, REPORT, RUNTIME_IMAGE, SOURCE, Attested
+from qualify.release.attestation import DRAFT, PROFILE, REPORT, RUNTIME_IMAGE, SOURCE, Attested, logs_given_by
 from qualify.release.checklist import level_of_check
 from qualify.report.model import LEVELS, Run, Status, Verdict
 from qualify.util.identifiers import is_commit
+
+
+@dataclass(frozen=True)
+class ShippedProfile:
+    """A profile shipped with this harness, as it lies in the package: what a release may be qualified under."""
+
+    name: str
+    sha256: str
+    required_levels: tuple[str, ...]
+    stand_in_levels: tuple[str, ...] = ()  # run on a stand-in: plumbing, never qualification
 
 
 @dataclass(frozen=True)
@@ -53,7 +69,9 @@ class Expected:
     required_levels: tuple[str, ...]
     checkpoint_files: tuple[FileEntry, ...] | None = None  # the directory's files, when --checkpoint is given
     revision: str | None = None
-    profile_sha256: str | None = None  # the shipped profile's, when the report names a shipped profile
+    # The shipped profile the release is qualified under (--profile, else the one the record names);
+    # None when the record names no shipped profile, which is a refusal.
+    profile: ShippedProfile | None = None
     allow_unpinned: bool = False  # accept a run whose runtime was launched from a moving tag or revision
     # Each level's check ids as this harness defines them (checklist.level_checks), and its version.
     defined_checks: Mapping[str, Sequence[str]] | None = None
@@ -94,19 +112,26 @@ def describe_checkpoint(root: Path) -> tuple[FileEntry, ...]:
     return tuple(FileEntry(r, digests[root / r], (root / r).stat().st_size) for r in rels)
 
 
-def shipped_profile(run: Run) -> tuple[tuple[str, ...], str] | None:
-    """(required levels, sha256) of the shipped profile the report names; None if it names no shipped one."""
+def shipped_profile(run: Run) -> ShippedProfile | None:
+    """The shipped profile the report names; None if it names no shipped one."""
     return shipped_profile_named(run.profile.get("name"))
 
 
-def shipped_profile_named(name: object) -> tuple[tuple[str, ...], str] | None:
-    """(required levels, sha256) of the shipped profile named ``name``; None if no shipped profile has that name."""
+def shipped_profile_named(name: object) -> ShippedProfile | None:
+    """The shipped profile named ``name``; None if no shipped profile has that name."""
     from qualify.profile import list_profiles, load_profile
 
     if not isinstance(name, str) or name not in list_profiles():
         return None
     profile = load_profile(name)
-    return profile.required_levels, profile.sha256
+    return ShippedProfile(profile.name, profile.sha256, profile.required_levels, profile.stand_in_levels)
+
+
+def release_levels(profile: ShippedProfile | None, require: Sequence[str] = ()) -> tuple[str, ...]:
+    """The levels a release requires: the shipped profile's required levels and those ``--require`` adds,
+    in level order. ``--require`` never replaces the profile's: a release asks for more, never for less."""
+    wanted = set(require) | set(profile.required_levels if profile is not None else ())
+    return tuple(name for name in LEVELS if name in wanted)
 
 
 def parse_require(text: str) -> tuple[str, ...]:
@@ -132,8 +157,8 @@ def refusals(run: Run, expected: Expected) -> list[str]:
     """Every reason the report does not license this release; empty means it does."""
     reasons: list[str] = []
     # The command line refuses these as usage errors; the function refuses them too, so
-    # no caller can get a pass by asking for nothing.
-    if not expected.required_levels:
+    # no caller can get a pass by asking for nothing (no shipped profile is a refusal of its own).
+    if not expected.required_levels and expected.profile is not None:
         reasons.append("no level is required, so the report cannot show that anything was qualified")
     if expected.checkpoint_files is None and expected.revision is None:
         reasons.append("no checkpoint identity (directory or revision) to compare the report with")
@@ -162,14 +187,18 @@ def refusals(run: Run, expected: Expected) -> list[str]:
                                      expected.harness_version or run.harness_version)
 
     by_name = {lvl.name: lvl for lvl in run.levels}
+    stand_in = set(recorded_stand_in_levels(run)) | set(expected.profile.stand_in_levels if expected.profile else ())
     for name in expected.required_levels:
         lvl = by_name.get(name)
         if lvl is None:
             reasons.append(f"required level {name} is missing from the report")
-        elif lvl.status is not Status.PASSED:
+            continue
+        if lvl.status is not Status.PASSED:
             bad = [f"{c.id} {c.status}" for c in lvl.checks if c.status is not Status.PASSED]
             why = f" ({', '.join(bad)})" if bad else (f" ({lvl.reason})" if lvl.reason else " (no check ran)")
             reasons.append(f"required level {name} is {lvl.status}{why}")
+        given = [flag for c in lvl.checks if c.evidence is not None for flag in logs_given_by(c.evidence.measured)]
+        reasons += release_use_refusals(name, stand_in=name in stand_in, logs_given=given)
     if run.verdict is not Verdict.QUALIFIED and not (run.interrupted or run.errors):
         # A level the run required but the release does not still makes the report "not qualified".
         others = [f"{lvl.name} {lvl.status}" for lvl in run.required_levels
@@ -179,12 +208,7 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         elif others:
             reasons.append(f"the report's verdict is not qualified: the run also required {', '.join(others)}")
 
-    if expected.profile_sha256 is not None and run.profile.get("sha256") != expected.profile_sha256:
-        reasons.append(
-            f"the report was made under profile {run.profile.get('name')} with sha256 "
-            f"{run.profile.get('sha256') or '(none recorded)'}, but the shipped profile of that name has sha256 "
-            f"{expected.profile_sha256}: its conditions are not the ones this release is qualified under"
-        )
+    reasons += profile_refusals("report", run.profile.get("name"), run.profile.get("sha256"), expected)
 
     if expected.revision is not None:
         recorded = run.checkpoint.get("revision")
@@ -199,6 +223,52 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         # Unreachable by the rules above; kept so that no future rule can let a "not qualified" report through.
         reasons.append("the report's verdict is not qualified")
     return reasons
+
+
+def profile_refusals(record: str, name: object, sha256: object, expected: Expected) -> list[str]:
+    """The profile a record (``report`` or ``run``) was made under against the shipped one the release is under.
+
+    Only a profile shipped with this harness, byte for byte, licenses a release: a profile of one's
+    own (acceptance floors at 0, a paired margin of 90%) qualifies a checkpoint for development only.
+    """
+    shipped = expected.profile
+    if shipped is None:
+        return [f"the {record} was made under profile {name!r}, which this harness does not ship: a profile of "
+                "one's own qualifies a checkpoint for development, never for a release; qualify it under a shipped "
+                "profile"]
+    if name != shipped.name:
+        return [f"the {record} was made under profile {name!r}, not under {shipped.name}, the shipped profile this "
+                "release is qualified under (--profile)"]
+    out = []
+    if sha256 != shipped.sha256:
+        out.append(f"the {record} was made under profile {name} with sha256 {sha256 or '(none recorded)'}, but the "
+                   f"shipped profile of that name has sha256 {shipped.sha256}: its conditions are not the ones this "
+                   "release is qualified under")
+    dropped = [level for level in shipped.required_levels if level not in expected.required_levels]
+    if dropped:
+        out.append(f"the release does not require {', '.join(dropped)}, which profile {shipped.name} requires: "
+                   "--require adds levels to the profile's, it never drops one")
+    return out
+
+
+def release_use_refusals(level: str, *, stand_in: bool, logs_given: Sequence[str]) -> list[str]:
+    """A required level whose result cannot count for a release, whatever its status: run on a stand-in,
+    or resting on server logs the caller handed in rather than read from a server the run started."""
+    out = []
+    if stand_in:
+        out.append(f"required level {level} ran on a stand-in (plumbing, it qualifies nothing): no runtime showed "
+                   "that it loads or serves this checkpoint, so it cannot count for a release")
+    if logs_given:
+        out.append(f"required level {level} rests on logs the caller gave ({', '.join(dict.fromkeys(logs_given))}), "
+                   "not read from a server this run started: taken on the caller's word, it cannot count for a "
+                   "release")
+    return out
+
+
+def recorded_stand_in_levels(run: Run) -> list[str]:
+    """The levels the report records as run on a stand-in (``profile.conditions.stand_in_levels``)."""
+    found = (run.profile.get("conditions") or {}).get("stand_in_levels")
+    return [str(x) for x in found] if isinstance(found, list) else []
 
 
 def source_statuses(run: Run) -> set[str]:
@@ -312,7 +382,7 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
     this is the release policy applied to what the statement says.
     """
     reasons = [f"the attestation is malformed: {p}" for p in att.problems]
-    if not expected.required_levels:
+    if not expected.required_levels and expected.profile is not None:
         reasons.append("no level is required, so the attestation cannot show that anything was qualified")
     if expected.checkpoint_files is None:
         reasons.append("no checkpoint directory to compare the attestation's subjects with")
@@ -335,6 +405,7 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
             ids_by_level.setdefault(level, []).append(cid)
     reasons += check_id_refusals(ids_by_level, expected.required_levels, defined, version)
     failed = set(att.failed)
+    stand_in = set(expected.profile.stand_in_levels if expected.profile else ())
     for level in expected.required_levels:
         ids = ids_by_level.get(level)
         if not ids:
@@ -343,12 +414,10 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
         bad = [cid for cid in ids if cid in failed]
         if bad:
             reasons.append(f"required level {level} did not pass: {', '.join(bad)} not passed")
+        reasons += release_use_refusals(level, stand_in=level in stand_in or att.stand_in(level),
+                                        logs_given=att.logs_given_by(level))
 
-    profile_sha = att.digest(PROFILE)
-    if expected.profile_sha256 is not None and profile_sha != expected.profile_sha256:
-        reasons.append(f"the run was made under profile {att.profile_name} with sha256 "
-                       f"{profile_sha or '(none recorded)'}, but the shipped profile of that name has sha256 "
-                       f"{expected.profile_sha256}: its conditions are not the ones this release is qualified under")
+    reasons += profile_refusals("run", att.profile_name, att.digest(PROFILE), expected)
     identity = att.annotation(SOURCE, "identity")
     if identity == "not verified":
         reasons.append("the source identity was not verified: nothing shows the source folder was the pinned revision")

@@ -25,9 +25,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from qualify import __version__
 from qualify.cli import main
 from qualify.errors import AttestationError, HarnessError, SigningKeyError
+from qualify.profile import load_profile
 from qualify.release import attestation as a
 from qualify.release.checklist import level_checks
-from qualify.release.gate import Expected, attestation_refusals
+from qualify.release.gate import Expected, ShippedProfile, attestation_refusals
 from qualify.util.escape import escape_terminal
 from tests.helpers import FIXTURE, REPO, TRACEBACK, run_qualify, write_key
 
@@ -410,7 +411,7 @@ def expected(**changes) -> Expected:
 
     base = {"required_levels": ("structure", "format", "reproduction"),
             "checkpoint_files": (FileEntry("model.safetensors", "1" * 64, 1), FileEntry("config.json", "2" * 64, 1)),
-            "revision": None, "profile_sha256": "p" * 64}
+            "revision": None, "profile": ShippedProfile("fixture", "p" * 64, ("structure", "format", "reproduction"))}
     base.update(changes)
     return Expected(**base)
 
@@ -483,6 +484,39 @@ def test_an_unverified_or_other_revision_is_refused():
         "cannot vouch for it"]
     assert policy(minimal_report(), expected(revision="b" * 40)) == [
         f"the attestation is about draft revision {'a' * 40}, not {'b' * 40}"]
+
+
+def test_asking_the_statement_for_nothing_is_refused():
+    assert policy(minimal_report(), expected(required_levels=(), checkpoint_files=None)) == [
+        "no level is required, so the attestation cannot show that anything was qualified",
+        "no checkpoint directory to compare the attestation's subjects with",
+        "the release does not require structure, format, reproduction, which profile fixture requires: --require "
+        "adds levels to the profile's, it never drops one",
+    ]
+    assert policy(minimal_report(), expected(required_levels=(), profile=None)) == [
+        "the run was made under profile 'fixture', which this harness does not ship: a profile of one's own qualifies "
+        "a checkpoint for development, never for a release; qualify it under a shipped profile"]
+
+
+def test_a_level_the_release_profile_runs_on_a_stand_in_is_refused_whatever_the_statement_says():
+    stand_in = ShippedProfile("fixture", "p" * 64, ("structure", "format", "reproduction"), ("format", "load"))
+    assert policy(minimal_report(), expected(profile=stand_in)) == [
+        "required level format ran on a stand-in (plumbing, it qualifies nothing): no runtime showed that it loads or "
+        "serves this checkpoint, so it cannot count for a release"]
+
+
+def test_every_check_that_did_not_pass_is_named():
+    report = with_checks(minimal_report(), "format",
+                         lambda cs: [dict(c, status="failed") if c["id"] in ("format.weights", "format.scales") else c
+                                     for c in cs])
+    assert policy(report) == ["required level format did not pass: format.weights, format.scales not passed"]
+
+
+def test_a_revision_the_statement_does_not_record_is_refused():
+    report = minimal_report()
+    report["checkpoint"] = dict(report["checkpoint"], revision=None)
+    assert policy(report, expected(revision="a" * 40)) == [
+        f"the attestation is about draft revision (none recorded), not {'a' * 40}"]
 
 
 def test_subjects_are_compared_file_by_file():
@@ -610,24 +644,33 @@ def test_a_local_folder_is_verified_against_the_hubs_metadata_at_the_commit(tmp_
 
 @pytest.mark.slow
 def test_make_qualify_signs_and_make_gate_verifies(keys, tmp_path):
-    """`make qualify QUALIFY_ARGS="--sign-key k.pem"` on the fixture (its checkpoint levels), then `make gate`."""
+    """`make qualify QUALIFY_ARGS="--sign-key k.pem"` on the DFlash 2 fixture's profile (the checkpoint levels it
+    requires), then `make gate`, which pins the release to PROFILE."""
     venv = Path(sys.executable).parent.parent
     # STAMP= and LOCAL_RUNTIMES=: this venv is already installed, and the checkpoint levels need no runtime.
     common = [f"VENV={venv}", "STAMP=", "LOCAL_RUNTIMES="]
-    proc = subprocess.run(["make", "-s", "qualify", *common, f"LEVELS={CHECKPOINT_LEVELS}",
+    proc = subprocess.run(["make", "-s", "qualify", *common, "PROFILE=fixture", f"LEVELS={CHECKPOINT_LEVELS}",
                            f"REPORTS={tmp_path / 'reports'}", f"QUALIFY_ARGS=--sign-key {keys['release'][0]}"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (attestation,) = (tmp_path / "reports").glob(f"*/{a.ATTESTATION_NAME}")
-    gate = subprocess.run(["make", "-s", "gate", *common, f"ATTESTATION={attestation}",
+    gate = subprocess.run(["make", "-s", "gate", *common, "PROFILE=fixture", f"ATTESTATION={attestation}",
                            f"VERIFY_KEY={keys['release'][1]}", f"REQUIRE={CHECKPOINT_LEVELS}"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert gate.stdout.startswith("qualified: structure, format, reproduction passed")
-    refused = subprocess.run(["make", "-s", "gate", *common, f"ATTESTATION={attestation}",
+    assert f"under profile fixture (sha256 {load_profile('fixture').sha256})" in gate.stdout
+    refused = subprocess.run(["make", "-s", "gate", *common, "PROFILE=fixture", f"ATTESTATION={attestation}",
                               f"VERIFY_KEY={keys['attacker'][1]}", f"REQUIRE={CHECKPOINT_LEVELS}"],
                              cwd=REPO, capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "signed by another key" in refused.stdout
+    # Under another profile than the run's (make's default, fixture-dflash-cpu), the release is refused.
+    other = subprocess.run(["make", "-s", "gate", *common, f"ATTESTATION={attestation}",
+                            f"VERIFY_KEY={keys['release'][1]}", f"CHECKPOINT={FIXTURE / 'mxfp8'}"],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert other.returncode != 0
+    assert ("refused: the run was made under profile 'fixture', not under fixture-dflash-cpu, the shipped profile "
+            "this release is qualified under (--profile)") in other.stdout
 
 
 @pytest.mark.slow

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,18 @@ from qualify.profile import load_profile
 from qualify.release.gate import (
     Expected,
     FileEntry,
+    check_id_refusals,
     check_revision_argument,
     identity_refusals,
     is_load_relevant,
     list_files,
     parse_require,
     refusals,
+    release_levels,
     shipped_profile,
+    shipped_profile_named,
+    source_statuses,
+    stored_contradictions,
 )
 from qualify.report.model import Run, Status, write_json
 from qualify.run.pipeline import CHECKPOINT_LEVELS
@@ -43,7 +49,7 @@ ACTUAL = tuple(FileEntry(f["path"], f["sha256"], f["size"]) for f in FILES)
 def expected(**kw) -> Expected:
     kw.setdefault("required_levels", SEED_LEVELS)
     kw.setdefault("checkpoint_files", ACTUAL)
-    kw.setdefault("profile_sha256", load_profile(SEED).sha256)
+    kw.setdefault("profile", shipped_profile_named(SEED))
     return Expected(**kw)
 
 
@@ -99,7 +105,13 @@ def test_asking_for_nothing_is_refused():
     assert refusals(seed_run(), expected(required_levels=(), checkpoint_files=None)) == [
         "no level is required, so the report cannot show that anything was qualified",
         "no checkpoint identity (directory or revision) to compare the report with",
+        "the release does not require structure, format, reproduction, load, smoke, paired, which profile "
+        f"{SEED} requires: --require adds levels to the profile's, it never drops one",
     ]
+    # Under no shipped profile, that is the refusal: a release that requires nothing is not asked about.
+    assert refusals(seed_run(), expected(required_levels=(), profile=None)) == [
+        f"the report was made under profile {SEED!r}, which this harness does not ship: a profile of one's own "
+        "qualifies a checkpoint for development, never for a release; qualify it under a shipped profile"]
 
 
 def test_a_run_not_reproducible_is_refused_unless_allowed():
@@ -119,8 +131,14 @@ def test_an_interrupted_run_is_refused_even_if_every_level_passed():
 
 def test_a_level_the_run_required_but_the_release_does_not_still_refuses():
     run = seed_run(status={"smoke.request": Status.FAILED})
-    reasons = refusals(run, expected(required_levels=("structure",)))
+    # A release whose profile requires structure only (the run's own profile required smoke too).
+    only_structure = replace(shipped_profile_named(SEED), required_levels=("structure",))
+    reasons = refusals(run, expected(required_levels=("structure",), profile=only_structure))
     assert reasons == ["the report's verdict is not qualified: the run also required smoke failed"]
+    # Under the seed profile itself, the release cannot drop the levels it requires.
+    reasons = refusals(run, expected(required_levels=("structure",)))
+    assert reasons[-1] == (f"the release does not require format, reproduction, load, smoke, paired, which profile "
+                           f"{SEED} requires: --require adds levels to the profile's, it never drops one")
 
 
 def test_a_run_that_required_nothing_is_refused():
@@ -136,8 +154,179 @@ def test_a_report_made_under_an_edited_profile_of_a_shipped_name_is_refused():
     (reason,) = refusals(run, expected())
     assert "sha256 " + "0" * 64 in reason and "not the ones this release is qualified under" in reason
     del run.profile["sha256"]
+    assert refusals(run, expected()) == [
+        f"the report was made under profile {SEED} with sha256 (none recorded), but the shipped profile of that name "
+        f"has sha256 {load_profile(SEED).sha256}: its conditions are not the ones this release is qualified under"]
+
+
+STAND_IN = ("required level {} ran on a stand-in (plumbing, it qualifies nothing): no runtime showed that it loads or "
+            "serves this checkpoint, so it cannot count for a release")
+
+
+def test_a_level_the_report_records_as_run_on_a_stand_in_never_counts():
+    run = seed_run()
+    run.profile["conditions"]["stand_in_levels"] = ["load"]
+    assert refusals(run, expected()) == [STAND_IN.format("load")]
+    # ... nor one the release's shipped profile runs on a stand-in, whatever the report says.
+    run = seed_run(status={"smoke.request": Status.FAILED})
+    stand_in = replace(shipped_profile_named(SEED), stand_in_levels=("smoke", "speedup"))
+    assert refusals(run, expected(profile=stand_in)) == ["required level smoke is failed (smoke.request failed)",
+                                                          STAND_IN.format("smoke")]
+    run = seed_run()
+    run.profile["conditions"]["stand_in_levels"] = "load"  # not a list: names nothing
+    assert refusals(run, expected()) == []
+    del run.profile["conditions"]["stand_in_levels"]  # a report that records none
+    assert refusals(run, expected()) == []
+
+
+def test_a_level_resting_on_logs_the_caller_gave_never_counts():
+    run = seed_run()
+    paired = run.level("paired").checks[0]
+    paired.evidence.measured["engine_settings"] = {"verified": True, "logs_given_by": ["--server-log"]}
+    smoke = run.level("smoke").checks[1]
+    smoke.evidence.measured["logs_given_by"] = ["--server-log", "--source-server-log"]
+    # A check with no evidence says nothing either way.
+    run.level("smoke").checks.append(replace(smoke, id="smoke.again", evidence=None))
+    assert refusals(run, expected()) == [
+        "required level smoke rests on logs the caller gave (--server-log, --source-server-log), not read from a "
+        "server this run started: taken on the caller's word, it cannot count for a release",
+        "required level paired rests on logs the caller gave (--server-log), not read from a server this run "
+        "started: taken on the caller's word, it cannot count for a release",
+    ]
+
+
+def test_a_report_under_another_shipped_profile_than_the_release_is_refused():
+    fixture = shipped_profile_named("fixture")
+    assert refusals(seed_run(), expected(profile=fixture, required_levels=fixture.required_levels)) == [
+        f"the report was made under profile {SEED!r}, not under fixture, the shipped profile this release is "
+        "qualified under (--profile)"]
+
+
+def test_every_unpinned_input_is_named_or_the_run_is_said_unpinned():
+    run = seed_run()
+    run.environment["runtime"] = {"reproducible": False, "plan": {"unpinned": ["image x:latest", "revision main"]}}
     (reason,) = refusals(run, expected())
-    assert "(none recorded)" in reason
+    assert reason.startswith("the runtime was launched unpinned, so the run is not reproducible (image x:latest; "
+                             "revision main); pin")
+    run.environment["runtime"] = {"reproducible": False}
+    (reason,) = refusals(run, expected())
+    assert reason.startswith("the runtime was launched unpinned, so the run is not reproducible (unpinned); pin")
+
+
+def test_the_report_is_held_to_the_checks_this_harness_defines():
+    from qualify.release.checklist import level_checks
+
+    run = defined_run(levels=SEED_LEVELS)
+    run.interrupted = "SIGTERM"  # an earlier reason: the check-id reasons are added to it, not put in its place
+    run.level("structure").checks.append(replace(run.level("format").checks[0], id="format.elsewhere",
+                                                 level="structure"))
+    run.level("smoke").checks.append(replace(run.level("smoke").checks[0], id="smoke.other", level="load"))
+    assert refusals(run, expected(defined_checks=level_checks())) == [
+        "the run was interrupted (SIGTERM) before it finished",
+        "check smoke.other says level load but is listed under smoke",
+        # The gate was given no version of its own: the report's is named.
+        "check format.elsewhere: not a check qualify 0.1.0 defines (made up)",
+        "check smoke.other: not a check qualify 0.1.0 defines (made up)",
+    ]
+    reasons = refusals(defined_run(levels=SEED_LEVELS), expected(defined_checks=level_checks(),
+                                                                 harness_version="9.9.9"))
+    assert reasons == ["the report was made by qualify 0.1.0; this gate (qualify 9.9.9) knows the checks of its own "
+                       "version only"]
+
+
+def test_check_id_refusals_name_each_kind_of_wrong_id():
+    defined = {"structure": ("structure.a", "structure.b", "structure.c"), "format": ("format.a",), "smoke": ()}
+    ids = {"structure": ["structure.a", "structure.a", "format.a", "structure.zz"], "load": ["load.x"]}
+    assert check_id_refusals(ids, ("structure", "format", "smoke", "speedup"), defined, "9.9") == [
+        "check structure.a is listed more than once",
+        "check format.a: a check of level format, listed under structure",
+        "check structure.zz: not a check qualify 9.9 defines (made up)",
+        "check load.x: not a check qualify 9.9 defines (made up)",
+        "required level structure: check(s) structure.b, structure.c missing (qualify 9.9 defines 3 for it)",
+        # format: no check of it at all, which the caller reports as a missing level
+        "required level smoke: qualify 9.9 defines no check for it",
+        "required level speedup: qualify 9.9 defines no check for it",
+    ]
+
+
+def test_stored_fields_are_compared_with_what_the_checks_give():
+    run = seed_run()
+    data = run.to_dict()
+    assert stored_contradictions(data, run) == []
+    data["qualified_levels"] = ["structure"]
+    data["levels"][1]["status"] = "failed"
+    assert stored_contradictions(data, run) == [
+        "the report's level format says failed but its checks give passed; the report was altered or is corrupt",
+        f"the report's qualified levels ['structure'] contradict its checks ({run.qualified_levels}); the report was "
+        "altered or is corrupt",
+    ]
+    data["levels"].append({"name": "speedup", "status": "passed"})  # a level the checks do not have: not compared
+    data["qualified_levels"] = run.qualified_levels
+    assert stored_contradictions(data, run) == [
+        "the report's level format says failed but its checks give passed; the report was altered or is corrupt"]
+    nothing = seed_run(levels=())
+    assert stored_contradictions({}, nothing) == []
+
+
+def test_source_statuses_read_the_record_and_the_identity_checks_only():
+    run = seed_run()
+    assert source_statuses(run) == {"verified"}
+    run.source["identity"]["status"] = "trusted"
+    assert source_statuses(run) == {"trusted"}
+    run.source["identity"].pop("status")
+    assert source_statuses(run) == set()
+    run.source["identity"] = "verified"  # not a record
+    assert source_statuses(run) == set()
+    run.source.pop("identity")
+    check = run.level("structure").checks[0]
+    check.evidence.measured["status"] = "not verified"  # not a source_identity check: says nothing of the source
+    assert source_statuses(run) == set()
+    check.id = "structure.source_identity"
+    assert source_statuses(run) == {"not verified"}
+    check.evidence.measured["status"] = 3
+    assert source_statuses(run) == set()
+
+
+def test_each_failed_check_and_each_other_required_level_is_named():
+    run = seed_run(status={"format.weights": Status.FAILED, "format.scales": Status.ERROR})
+    assert refusals(run, expected()) == ["required level format is error (format.weights failed, format.scales "
+                                         "error)"]
+    run = seed_run()
+    run.level("smoke").checks.clear()
+    assert refusals(run, expected()) == ["required level smoke is not-run (no check ran)"]
+    only_structure = replace(shipped_profile_named(SEED), required_levels=("structure",))
+    run = seed_run(status={"smoke.request": Status.FAILED, "paired.non_inferiority": Status.FAILED})
+    assert refusals(run, expected(required_levels=("structure",), profile=only_structure)) == [
+        "the report's verdict is not qualified: the run also required smoke failed, paired failed"]
+    # An interrupted run says so; the levels it left unfinished are not listed again.
+    run.interrupted = "SIGTERM"
+    assert refusals(run, expected(required_levels=("structure",), profile=only_structure)) == [
+        "the run was interrupted (SIGTERM) before it finished"]
+
+
+def test_describe_checkpoint_names_what_it_cannot_hash(tmp_path):
+    from qualify.errors import CheckpointError
+    from qualify.release.gate import describe_checkpoint
+
+    with pytest.raises(UsageError) as info:
+        describe_checkpoint(tmp_path / "none")
+    assert str(info.value) == f"{tmp_path / 'none'}: not a checkpoint directory"
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "a.json").write_text("{}")
+    assert describe_checkpoint(folder) == (FileEntry("a.json", hashlib.sha256(b"{}").hexdigest(), 2),)
+    (folder / "b.safetensors").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(CheckpointError) as err:
+        describe_checkpoint(folder)
+    assert err.value.file == "b.safetensors"
+    assert err.value.detail == "a broken link or not a regular file; it cannot be hashed"
+    (folder / "b.safetensors").unlink()
+    (tmp_path / "outside.json").write_text("{}")
+    (folder / "b.json").symlink_to(tmp_path / "outside.json")
+    with pytest.raises(CheckpointError) as err:
+        describe_checkpoint(folder)
+    assert err.value.detail == (f"resolves outside the checkpoint (to {tmp_path / 'outside.json'}); the release would "
+                                "upload another file's bytes")
 
 
 def test_revision_must_be_recorded_and_equal():
@@ -228,11 +417,26 @@ def test_a_revision_must_be_an_immutable_commit(rev):
 
 
 def test_shipped_profile_gives_its_required_levels():
-    levels, sha = shipped_profile(seed_run())
-    assert levels == SEED_LEVELS and sha == load_profile(SEED).sha256
+    profile = shipped_profile(seed_run())
+    assert profile is not None and profile.name == SEED
+    assert profile.required_levels == SEED_LEVELS and profile.sha256 == load_profile(SEED).sha256
+    assert profile.stand_in_levels == ()
+    fixture = shipped_profile_named("fixture")
+    assert fixture is not None and fixture.stand_in_levels == load_profile("fixture").stand_in_levels
+    assert "load" in fixture.stand_in_levels
     run = seed_run()
     run.profile["name"] = "my-own"
     assert shipped_profile(run) is None
+    assert shipped_profile_named(None) is None and shipped_profile_named(["fixture"]) is None
+
+
+def test_release_levels_add_to_the_profiles_and_never_drop_one():
+    profile = shipped_profile_named("fixture")
+    assert release_levels(profile) == ("structure", "format", "reproduction")
+    assert release_levels(profile, ("load", "structure")) == ("structure", "format", "reproduction", "load")
+    assert release_levels(profile, ("speedup", "structure")) == ("structure", "format", "reproduction", "speedup")
+    assert release_levels(None, ("format", "structure")) == ("structure", "format")
+    assert release_levels(None) == ()
 
 
 # -- the command, on a real report ------------------------------------------------------
@@ -278,9 +482,9 @@ def gate(capsys):
 
     def call(*args: str, checkpoint_levels: bool = True) -> Result:
         capsys.readouterr()
-        # The real report is a `qualify check` of the checkpoint levels; the fixture profile also
-        # requires its runtime and serving levels, so the release here asks for those three
-        # (a --require of the test's own comes later and wins).
+        # The real report is a `qualify check` of the checkpoint levels, the ones the fixture profile
+        # requires; --require names them again (a --require of the test's own comes later and wins,
+        # and adds to the profile's required levels, never in place of them).
         require = ["--require", ",".join(CHECKPOINT_LEVELS)] if checkpoint_levels else []
         # These cases are about the report's own checks: the unsigned path (test_attestation.py: the signed one).
         code = main(["gate", *args[:1], *require, "--allow-unsigned", *args[1:]])
@@ -355,12 +559,16 @@ def test_cli_refuses_reports_that_cannot_be_trusted(real_report, release, tmp_pa
 
 
 @pytest.mark.slow
-def test_cli_needs_require_for_a_profile_it_does_not_ship(real_report, release, tmp_path, gate):
+def test_cli_refuses_a_profile_it_does_not_ship_even_with_require(real_report, release, tmp_path, gate):
+    """A user's profile qualifies for development, never for a release: --require does not make it one."""
     report = edited(real_report, tmp_path, lambda d: d["profile"].update(name="my-own"))
+    refusal = ("refused: the report was made under profile 'my-own', which this harness does not ship: a profile of "
+               "one's own qualifies a checkpoint for development, never for a release; qualify it under a shipped "
+               "profile\n")
     proc = gate(str(report), "--checkpoint", str(release), checkpoint_levels=False)
-    assert proc.returncode == 2 and "--require" in proc.stderr
+    assert proc.returncode == 1 and proc.stdout == refusal
     proc = gate(str(report), "--checkpoint", str(release), "--require", "structure,format,reproduction")
-    assert proc.returncode == 0, proc.stdout
+    assert proc.returncode == 1 and proc.stdout == refusal
 
 
 @pytest.mark.slow
@@ -476,4 +684,9 @@ def test_cli_a_trusted_source_is_recorded_and_refused(tmp_path, release, gate, m
     assert "the local folder was trusted on --trust-local-source" in (report.parent / "report.md").read_text()
     out = gate(str(report), "--checkpoint", str(release))
     assert out.returncode == 1 and "--allow-untrusted-source" in out.stdout
-    assert gate(str(report), "--checkpoint", str(release), "--allow-untrusted-source").returncode == 0
+    # Accepted, the trusted source is no refusal; the profile of one's own still is: no release is made under it.
+    out = gate(str(report), "--checkpoint", str(release), "--allow-untrusted-source")
+    assert out.returncode == 1
+    assert out.stdout == ("refused: the report was made under profile 'fixture-unpinned', which this harness does not "
+                          "ship: a profile of one's own qualifies a checkpoint for development, never for a release; "
+                          "qualify it under a shipped profile\n")

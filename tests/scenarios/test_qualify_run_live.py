@@ -96,9 +96,16 @@ def test_the_gate_accepts_its_attestation_for_the_checkpoint_and_its_revision(fu
     _, run, path = full_run
     attestation = path.parent / "attestation.intoto.jsonl"
     proc = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
-                   str(FIXTURE / "mxfp8"), "--revision", run.checkpoint["revision"])
+                   str(FIXTURE / "mxfp8"), "--revision", run.checkpoint["revision"], "--profile", "fixture")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "qualified: structure, format, reproduction passed" in proc.stdout
+    assert f"under profile fixture (sha256 {run.profile['sha256']})" in proc.stdout
+    # The load level passed on the stand-in image: plumbing, which no release may require.
+    standin = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
+                      str(FIXTURE / "mxfp8"), "--require", "load")
+    assert standin.returncode == 1
+    assert standin.stdout.startswith("refused: required level load ran on a stand-in (plumbing, it qualifies "
+                                     "nothing)"), standin.stdout
     other = qualify("gate", "--attestation", str(attestation), "--verify-key", str(sign_keys[1]), "--checkpoint",
                     str(FIXTURE / "mxfp8"), "--revision", "0" * 40)
     assert other.returncode == 1 and "not " + "0" * 40 in other.stdout
