@@ -106,7 +106,8 @@ def test_gpu_workflow_gates_last_on_the_checkpoint_it_qualified(gpu):
     assert "if" not in gate  # runs only when everything before it succeeded
     # The report beside its attestation, verified with the public key: the report must be the one signed.
     assert re.search(r'qualify gate "\$RUN_DIR/report.json" --verify-key "\$RUNNER_TEMP/qualify-verify-key.pub.pem"'
-                     r' \\\s+--checkpoint "\$CHECKPOINT" --revision "\$DRAFT_REVISION"', gate["run"])
+                     r' \\\s+--checkpoint "\$CHECKPOINT" --revision "\$DRAFT_REVISION" --profile "\$PROFILE"',
+                     gate["run"])
     assert "--allow-unsigned" not in gate["run"]
     assert "QUALIFY_RC" in gate["run"]  # a harness that exited non-zero fails the job too
 
@@ -136,7 +137,9 @@ def test_the_release_job_verifies_the_attestation_before_it_publishes(gpu):
     i_verify, verify = step_running(gpu, r"qualify gate", "release")
     assert verify["env"]["VERIFY_KEY_PEM"] == "${{ vars.QUALIFY_VERIFY_KEY }}"
     assert re.search(r'qualify gate --attestation "\$\{found\[0\]\}" --verify-key "\$key" --checkpoint '
-                     r'"\$CHECKPOINT" \\\s+--revision "\$DRAFT_REVISION"', verify["run"])
+                     r'"\$CHECKPOINT" \\\s+--revision "\$DRAFT_REVISION" --profile "\$PROFILE"', verify["run"])
+    # The release is pinned to the profile the qualify job ran: the one the workflow was given.
+    assert job["env"]["PROFILE"] == gpu["jobs"]["qualify"]["env"]["PROFILE"] == "${{ inputs.profile }}"
     assert "--allow-unsigned" not in verify["run"]
     i_publish, publish = step_running(gpu, r"hf upload", "release")
     assert i_fetch < i_verify < i_publish == len(steps(gpu, "release")) - 1
