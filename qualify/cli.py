@@ -13,8 +13,8 @@ import traceback
 from collections.abc import Sequence
 
 from qualify import __version__
-from qualify.commands import COMMAND_MODULES, EPILOG, EXIT_ERROR, EXIT_NOT_QUALIFIED
-from qualify.errors import HarnessError, QualifyError, UsageError
+from qualify.commands import COMMAND_MODULES, EPILOG
+from qualify.errors import ExitCode, QualifyError, exit_code_for
 from qualify.util.escape import escape_terminal
 from qualify.util.redact import redact
 
@@ -38,28 +38,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return EXIT_ERROR
+        return int(ExitCode.USAGE)
     try:
         return int(args.func(args))
-    except UsageError as exc:
-        print(f"qualify: error: {escape_terminal(redact(str(exc)))}", file=sys.stderr)
-        return EXIT_ERROR
-    except HarnessError as exc:
-        print(f"qualify: harness error: {escape_terminal(redact(str(exc)))}", file=sys.stderr)
-        return EXIT_ERROR
     except QualifyError as exc:
-        print(f"qualify: error: {escape_terminal(redact(str(exc)))}", file=sys.stderr)
-        return EXIT_ERROR
+        code = exit_code_for(exc)
+        kind = {ExitCode.HARNESS: "harness error", ExitCode.NOT_QUALIFIED: "not qualified"}.get(code, "error")
+        print(f"qualify: {kind}: {escape_terminal(redact(str(exc)))}", file=sys.stderr)
+        return int(code)
     except KeyboardInterrupt:
         print("qualify: interrupted", file=sys.stderr)
-        return EXIT_NOT_QUALIFIED
+        return int(ExitCode.NOT_QUALIFIED)
     except Exception as exc:  # a bug in the harness: say so in one line, keep the traceback for those who ask
         if os.environ.get("QUALIFY_DEBUG"):
             traceback.print_exc()
         print(f"qualify: internal error: {type(exc).__name__}: {escape_terminal(redact(str(exc)))} "
               "(a harness bug; set QUALIFY_DEBUG=1 for the traceback)", file=sys.stderr)
-        return EXIT_ERROR
-
+        return int(ExitCode.HARNESS)
 
 if __name__ == "__main__":
     raise SystemExit(main())

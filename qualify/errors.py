@@ -11,9 +11,12 @@ traceback. The split that matters is *whose fault it is*:
   counters cannot be read or trusted) are failed checks too. Exit code 1.
 - :class:`UsageError`: the user asked for something that cannot be done (a missing
   path, an unknown profile). Exit code 2.
-- :class:`HarnessError`: the harness or its environment broke (a tool missing, an
-  I/O error on the report folder). Exit code 2; a check that hits it is an *error*,
-  never a pass and never a fail.
+- :class:`HarnessError`: the harness or its environment broke (no Docker engine, a port
+  already taken, a full disk, an I/O error on the report folder). Exit code 3; a check
+  that hits it is an *error*, never a pass and never a fail, and no verdict is reached.
+
+:data:`EXIT_CODES` is the one table from exception to exit code (the README quotes it), and
+:class:`ExitCode` names the codes; :func:`exit_code_for` reads the table.
 
 Every exception the harness defines lives here, so that ``except`` clauses and the exit
 codes can be read off one tree. The pytest outcomes the suite plugin raises to steer a
@@ -23,9 +26,23 @@ and stay with the plugin.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 from qualify.util.redact import redact
+
+
+class ExitCode(enum.IntEnum):
+    """What a ``qualify`` command's exit status means."""
+
+    #: Qualified (``run``, ``check``, ``gate``: the release may ship) or done.
+    QUALIFIED = 0
+    #: Not qualified: a check failed, or a required level did not pass; the report says which.
+    NOT_QUALIFIED = 1
+    #: The command line or a file the user named cannot be used as asked; nothing was judged.
+    USAGE = 2
+    #: The harness or the machine failed (no Docker, a port taken, a full disk): no verdict.
+    HARNESS = 3
 
 
 class QualifyError(Exception):
@@ -165,8 +182,8 @@ class UnpinnedLaunch(RuntimeFailure):
     """A moving reference (empty revision or digest) without ``allow_unpinned``."""
 
 
-class PortInUse(RuntimeFailure):
-    """Something already answers on the endpoint's port."""
+class PortInUse(HarnessError):
+    """Something already answers on the endpoint's port: the machine's state, not the checkpoint's fault."""
 
 
 class ContainerExited(RuntimeFailure):
@@ -232,5 +249,26 @@ class SigningKeyError(UsageError):
     """A signing or verification key file cannot be used: missing, not PEM, encrypted, not EC P-256."""
 
 
+class PublishRefused(NotQualifiedError):
+    """The release is not complete (evidence missing, a file that cannot be uploaded): nothing was uploaded."""
+
+
 class AttestationError(CheckpointError):
     """An attestation does not verify (wrong key, altered after signing, malformed): a release is refused."""
+
+
+#: The one table from exception to exit code, most specific first: the CLI reads it for an error that
+#: reaches it, and a run reads it for the checks that ended in one.
+EXIT_CODES: tuple[tuple[type[QualifyError], ExitCode], ...] = (
+    (UsageError, ExitCode.USAGE),
+    (HarnessError, ExitCode.HARNESS),
+    (NotQualifiedError, ExitCode.NOT_QUALIFIED),
+)
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The exit code of an exception that ends a command; anything the table does not name is a harness bug."""
+    for kind, code in EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return ExitCode.HARNESS

@@ -52,13 +52,15 @@ def test_every_error_is_of_exactly_one_kind() -> None:
 
 @pytest.mark.parametrize("exc, code, words", [
     (UsageError("no such profile 'x'"), 2, "qualify: error: no such profile 'x'"),
-    (HarnessError("disk full"), 2, "qualify: harness error: disk full"),
-    (CheckpointError("bad scale", file="model.safetensors", tensor="a.weight_scale"), 2,
-     "model.safetensors: tensor 'a.weight_scale': bad scale"),
+    (HarnessError("disk full"), 3, "qualify: harness error: disk full"),
+    (errors.PortInUse("127.0.0.1:8000 is already in use"), 3, "qualify: harness error: 127.0.0.1:8000 is already"),
+    (CheckpointError("bad scale", file="model.safetensors", tensor="a.weight_scale"), 1,
+     "qualify: not qualified: model.safetensors: tensor 'a.weight_scale': bad scale"),
+    (ValueError("a bug"), 3, "qualify: internal error: ValueError: a bug (a harness bug"),
 ])
 def test_the_cli_turns_an_escaped_error_into_one_line(monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str],
-                                                      exc: QualifyError, code: int, words: str) -> None:
+                                                      exc: Exception, code: int, words: str) -> None:
     from qualify.commands import diff
 
     def boom(args: object) -> int:
@@ -76,3 +78,15 @@ def test_runtime_failures_are_redacted_when_made() -> None:
     exc = RuntimeFailure(f"HF_TOKEN={token} rejected", log_tail=[f"Authorization: Bearer {token}"])
     assert token not in str(exc)
     assert all(token not in line for line in exc.log_tail)
+
+
+def test_one_table_gives_each_kind_its_exit_code() -> None:
+    from qualify.errors import EXIT_CODES, ExitCode, PortInUse, exit_code_for
+
+    assert [(kind.__name__, int(code)) for kind, code in EXIT_CODES] == [
+        ("UsageError", 2), ("HarnessError", 3), ("NotQualifiedError", 1)]
+    assert exit_code_for(errors.ProfileError("x")) is ExitCode.USAGE  # a UsageError
+    assert exit_code_for(errors.DockerUnavailable("x")) is ExitCode.HARNESS
+    assert exit_code_for(PortInUse("x")) is ExitCode.HARNESS  # the machine's state, never the checkpoint's fault
+    assert exit_code_for(errors.ManifestError("x")) is ExitCode.NOT_QUALIFIED
+    assert exit_code_for(ValueError("a bug")) is ExitCode.HARNESS

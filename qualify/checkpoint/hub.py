@@ -97,10 +97,10 @@ def hub_access(*, endpoint: str | None = None, cache_dir: Path | None = None) ->
         mode, reason = CACHE_ONLY, "HF_HUB_OFFLINE is set: the hub is not consulted"
     elif import_offline:
         mode, reason = CACHE_ONLY, ("huggingface_hub was imported with HF_HUB_OFFLINE set (it reads it once, at "
-                                    "import) and refuses every request in this process: cache only")
+                                    "import) and refuses every request in this process: the hub is not consulted")
     elif env_offline:
         mode, reason = CACHE_ONLY, ("HF_HUB_OFFLINE was set after huggingface_hub was imported; the harness honours "
-                                    "it: cache only")
+                                    "it: the hub is not consulted")
     else:
         mode, reason = ONLINE, f"online: metadata and files come from {url}"
     return HubAccess(mode=mode, endpoint=url, offline_env=env_offline, offline_at_import=import_offline,

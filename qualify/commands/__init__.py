@@ -10,17 +10,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qualify.errors import UsageError
+from qualify.errors import ExitCode, UsageError
 
-EXIT_QUALIFIED = 0
-EXIT_NOT_QUALIFIED = 1
-EXIT_ERROR = 2
+EXIT_QUALIFIED = ExitCode.QUALIFIED
+EXIT_NOT_QUALIFIED = ExitCode.NOT_QUALIFIED
+EXIT_USAGE = ExitCode.USAGE
+EXIT_HARNESS = ExitCode.HARNESS
 
 EPILOG = """\
 exit codes:
   0  qualified: every requested level passed
   1  not qualified: a check failed, was skipped, or did not run (the report says which)
-  2  usage or harness error: bad arguments, unreadable profile, the harness itself failed
+  2  usage error: bad arguments, a missing file, an unreadable profile; nothing was judged
+  3  harness fault: the harness or the machine failed (no Docker, a port taken, a full disk); no verdict
 """
 
 DEFAULT_REPORTS = Path("reports")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from qualify.commands import EXIT_NOT_QUALIFIED, EXIT_QUALIFIED, existing_dir, parser_for
-from qualify.errors import UsageError
+from qualify.errors import CheckpointError, UsageError
 from qualify.util.identifiers import is_commit
 
 
@@ -58,11 +58,15 @@ def run_convert(args: argparse.Namespace) -> int:
 
     if not is_commit(args.source_revision):
         raise UsageError(f"--source-revision {args.source_revision!r} is not a 40-hex commit")
-    manifest = convert(
-        existing_dir(args.source, "source checkpoint"), args.output, source_repo=args.source_repo,
-        source_revision=args.source_revision, recipe=args.recipe, exclude=args.exclude or ["lm_head"],
-        kv_cache_quant_algo=args.kv_cache_quant_algo,
-    )
+    try:
+        manifest = convert(
+            existing_dir(args.source, "source checkpoint"), args.output, source_repo=args.source_repo,
+            source_revision=args.source_revision, recipe=args.recipe, exclude=args.exclude or ["lm_head"],
+            kv_cache_quant_algo=args.kv_cache_quant_algo,
+        )
+    except CheckpointError as exc:
+        # Converting judges nothing: a source the converter cannot take is the input the user gave it.
+        raise UsageError(f"cannot convert {args.source}: {exc}") from None
     agg = manifest["aggregate"]
     print(f"wrote {args.output}: {agg['tensors']} tensors quantized ({manifest['quantization']['scale_recipe']}), "
           f"relative RMS error {agg['relative_rms_error']:.4g}")

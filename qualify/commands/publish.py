@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qualify.release.publish import PublishRefused, check_branch, check_repo_id, publish
+    from qualify.errors import PublishRefused
+    from qualify.release.publish import check_branch, check_repo_id, publish
 
     check_repo_id(args.repo)
     check_branch(args.revision)

@@ -15,15 +15,13 @@ import sys
 from pathlib import Path
 
 from qualify.commands import (
-    EXIT_ERROR,
-    EXIT_NOT_QUALIFIED,
-    EXIT_QUALIFIED,
+    EXIT_HARNESS,
     add_pinning_options,
     add_profile_option,
     add_report_dir_option,
     parser_for,
 )
-from qualify.errors import UsageError
+from qualify.errors import ExitCode, UsageError
 from qualify.release.attestation import SIGN_KEY_ENV, SIGN_KEY_PASSWORD_ENV
 
 #: CI can ask for JUnit through `make qualify`, whose command line it does not own.
@@ -96,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from qualify.profile import load_profile
     from qualify.report.markdown import summary_lines
     from qualify.report.model import parse_levels
+    from qualify.run.outcome import run_outcome
     from qualify.run.pipeline import CHECKPOINT_LEVELS, RunOptions, deliver_junit, run_qualification
     from qualify.util.escape import escape_terminal
 
@@ -140,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         except HarnessError as exc:
             # The verdict stands in the report; the XML CI asked for is missing, and CI must notice.
             print(f"qualify: harness error: {escape_terminal(exc)}", file=sys.stderr)
-            return EXIT_ERROR
+            return EXIT_HARNESS
         print(f"junit:  {args.junit_xml}")
     if sign_key is not None:
         from qualify.release.attestation import ATTESTATION_NAME, MODEL_SIGNATURE_NAME
@@ -149,5 +148,9 @@ def run(args: argparse.Namespace) -> int:
         if args.sign_model:
             print(f"        {run_dir / MODEL_SIGNATURE_NAME} (OpenSSF model-signing)")
     if code in (3, 4):  # pytest: internal error / usage error: the harness, not the checkpoint
-        return EXIT_ERROR
-    return EXIT_QUALIFIED if str(run_.verdict) == "qualified" else EXIT_NOT_QUALIFIED
+        return EXIT_HARNESS
+    outcome = run_outcome(run_)
+    if outcome is ExitCode.HARNESS:
+        print("qualify: harness fault: no verdict was reached (a check could not run, or the run recorded a "
+              "harness error; see above and the report)", file=sys.stderr)
+    return int(outcome)

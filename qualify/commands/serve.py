@@ -17,7 +17,6 @@ from pathlib import Path
 
 from qualify import errors
 from qualify.commands import (
-    EXIT_ERROR,
     EXIT_NOT_QUALIFIED,
     EXIT_QUALIFIED,
     add_pinning_options,
@@ -157,4 +156,4 @@ def _teardown(scope: dict[str, object]) -> object:
     return teardown.to_dict() if teardown is not None else None
 
 
-__all__ = ["EXIT_ERROR", "register", "run"]
+__all__ = ["register", "run"]

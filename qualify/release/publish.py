@@ -27,24 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.checkpoint.files import EVIDENCE_FOLDER, EVIDENCE_PATHS, list_checkpoint_files
-from qualify.errors import HubError, NotQualifiedError, UsageError
+from qualify.errors import HubError, PublishRefused, UsageError
 from qualify.release.attestation import ATTESTATION_NAME, MODEL_SIGNATURE_NAME, REPORT
+from qualify.util.identifiers import is_repo_id
 from qualify.util.redact import redact
 
 #: The run folder's evidence, each by its name there, and the path it is published at.
 EVIDENCE: tuple[tuple[str, str], ...] = tuple(
     (name, f"{EVIDENCE_FOLDER}/{name}") for name in (ATTESTATION_NAME, MODEL_SIGNATURE_NAME, REPORT, "report.md"))
 
-# A hub repository id: owner/name, each of letters, digits, '-', '_' and '.', starting and ending with a letter or
-# digit, at most 96 characters, without '--' or '..' (huggingface_hub's validate_repo_id, stricter).
-_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
-_REPO_ID = re.compile(rf"{_PART}/{_PART}")
 # A branch: segments of letters, digits, '-', '_' and '.', joined by '/'.
 _BRANCH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
-
-
-class PublishRefused(NotQualifiedError):
-    """The release is not complete (evidence missing, a file that cannot be uploaded): nothing was uploaded."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +61,7 @@ class Published:
 
 def check_repo_id(repo: str) -> str:
     """``repo`` if it is a hub repository id (``owner/name``, safe characters), else a UsageError naming it."""
-    if not _REPO_ID.fullmatch(repo) or "--" in repo or ".." in repo:
+    if not is_repo_id(repo):
         raise UsageError(f"--repo {repo!r}: not a hub repository id (owner/name: letters, digits, '-', '_' and '.', "
                          "each part starting and ending with a letter or digit, at most 96 characters, no '--' or "
                          "'..')")

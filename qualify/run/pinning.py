@@ -41,8 +41,11 @@ def reverify(run: Run, pinned: PinnedFolder) -> list[str]:
     info["changed"] = changes
     if changes:
         shown = "; ".join(changes[:10]) + (f"; and {len(changes) - 10} more" if len(changes) > 10 else "")
-        run.errors.append(f"the checkpoint changed during the run, so the run vouches for none of its bytes and is "
-                          f"not signed: {shown}")
+        message = (f"the checkpoint changed during the run, so the run vouches for none of its bytes and is not "
+                   f"signed: {shown}")
+        # Among the run's errors (so no verdict can be "qualified"), and named here as the checkpoint's doing.
+        info["voided"] = message
+        run.errors.append(message)
     return changes
 
 

@@ -162,7 +162,7 @@ def test_a_hub_that_refuses_is_a_hub_error_without_the_token(tmp_path, hub_env, 
         hub_env(hub)
         code, out, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
                              "--repo", "org/no-such-repo")
-        assert code == 2 and out == ""
+        assert code == 3 and out == ""  # the hub's refusal is the environment's, not a usage error
         assert err.startswith(f"qualify: harness error: org/no-such-repo@main: the hub at {hub.url} did not take the "
                               "release (RepositoryNotFoundError")
         assert "the repository and the branch must exist" in err
@@ -172,14 +172,14 @@ def test_a_hub_that_refuses_is_a_hub_error_without_the_token(tmp_path, hub_env, 
             hub_env(other)
             code, _, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
                                "--repo", REPO_ID)
-        assert code == 2 and "401" in err and TOKEN not in err
+        assert code == 3 and "401" in err and TOKEN not in err
 
 
 def test_offline_publishing_is_refused(tmp_path, monkeypatch, cli):
     run_dir = fake_run(tmp_path / "run", *EVIDENCE_NAMES)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code, _, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir), "--repo", REPO_ID)
-    assert code == 2 and f"{REPO_ID}: cannot publish: HF_HUB_OFFLINE was set" in err
+    assert code == 3 and f"{REPO_ID}: cannot publish: HF_HUB_OFFLINE was set" in err
 
 
 # ---------------------------------------------------------------- published, carded, downloaded, verified

@@ -111,14 +111,15 @@ def test_levels_after_a_failed_one_are_not_run(tmp_path: Path) -> None:
     assert not (path.parent / "server.log").exists() and not list(path.parent.glob("vllm-*.log"))
 
 
-def test_a_missing_vllm_venv_fails_every_serving_check_with_the_setup_hint(tmp_path: Path) -> None:
+def test_a_missing_vllm_venv_is_a_harness_fault_of_every_serving_check_with_the_setup_hint(tmp_path: Path) -> None:
     from fixtures.serving import build
 
     build()  # the model folders exist, so what is missing is the venv alone (reused when already built)
     code, path = _run_cli(tmp_path, "--checkpoint", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"),
                           "--levels", "smoke", env={"QUALIFY_VLLM_VENV": str(tmp_path / "no-vllm")})
     run = read_json(path)
-    assert code == 1 and run.verdict is Verdict.NOT_QUALIFIED
+    # The machine lacks what the harness needs: no verdict on the checkpoint, the harness's own exit code.
+    assert code == 3 and run.verdict is Verdict.NOT_QUALIFIED
     checks = run.level("smoke").checks
     assert checks and all(c.status is Status.ERROR for c in checks)
     assert all("vLLM virtual environment" in c.message and "does not exist" in c.message for c in checks)
