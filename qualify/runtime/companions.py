@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.errors import UsageError
-from qualify.runtime.plan import HF_CACHE_TARGET, LaunchPlan, Mount
+from qualify.runtime.plan import HF_CACHE_TARGET, LaunchPlan, Mount, on_port
 
 REFERENCE = "reference"
 SOURCE = "source"
@@ -73,8 +73,8 @@ def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraf
     """
     if role not in ROLES:
         raise UsageError(f"unknown companion server {role!r} (known: {', '.join(ROLES)})")
+    plan = on_port(plan, port)
     env = dict(plan.env)
-    env["PORT"] = str(port)
     checkpoint_at = checkpoint_mount(plan)
     mounts = [m for m in plan.mounts if m.target != checkpoint_at]
     if role == REFERENCE:
@@ -87,11 +87,8 @@ def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraf
         env["DFLASH_MODEL"], env["DFLASH_MODEL_REVISION"] = source.repo, source.revision
         mounts.append(Mount(str(Path(source.path).resolve()), hub_snapshot(source.repo, source.revision)))
         draft_revision = source.revision
-    scheme, _, rest = plan.endpoint.partition("://")
-    path = rest.partition("/")[2]
-    endpoint = f"{scheme}://{plan.host}:{port}/{path}"
-    return dataclasses.replace(plan, name=f"{plan.name}-{role}"[:128], env=tuple(env.items()), endpoint=endpoint,
-                               port=port, mounts=tuple(mounts), draft_revision=draft_revision)
+    return dataclasses.replace(plan, name=f"{plan.name}-{role}"[:128], env=tuple(env.items()), mounts=tuple(mounts),
+                               draft_revision=draft_revision)
 
 
 def bind_core(plan: LaunchPlan, core: int) -> LaunchPlan:

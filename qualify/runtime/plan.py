@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from dataclasses import dataclass
@@ -98,6 +99,16 @@ class LaunchPlan:
             "draft_revision": self.draft_revision, "target_revision": self.target_revision,
             "allow_unpinned": self.allow_unpinned, "reproducible": not self.unpinned, "unpinned": self.unpinned,
         }
+
+
+def on_port(plan: LaunchPlan, port: int) -> LaunchPlan:
+    """``plan`` serving on ``port``: its ``PORT`` and its endpoint move together (the same host, path and scheme)."""
+    env = dict(plan.env)
+    env["PORT"] = str(port)
+    scheme, _, rest = plan.endpoint.partition("://")
+    path = rest.partition("/")[2]
+    return dataclasses.replace(plan, env=tuple(env.items()), endpoint=f"{scheme}://{plan.host}:{port}/{path}",
+                               port=port)
 
 
 def build_plan(

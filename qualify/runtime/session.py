@@ -97,6 +97,10 @@ class RuntimeSession:
                                  checkpoint_dir=checkpoint_dir if hf_cache is None else None, hf_cache=hf_cache,
                                  allow_unpinned=allow_unpinned, pass_hf_token=pass_hf_token,
                                  startup_timeout_s=startup_timeout_s, image_digest=image_digest)
+        if self.plan.network == "host":
+            # A port of this run's own (the kernel's free choice, checked again at launch): two runs on one
+            # machine never talk to each other's server, and the profile's port is no shared resource.
+            self.plan = plans.on_port(self.plan, free_port(self.plan.host))
         extra = runtime_mounts(profile)
         if extra:
             self.plan = dataclasses.replace(self.plan, mounts=self.plan.mounts + extra)

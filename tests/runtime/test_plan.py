@@ -109,3 +109,11 @@ def test_tokens_are_passed_by_name_and_never_rendered(seed: Profile, monkeypatch
     assert TOKEN not in json.dumps(plan.to_dict())
     assert f"HF_TOKEN={TOKEN}" in plans.create_kwargs(plan)["environment"]  # the container does get it
 
+
+
+def test_on_port_moves_the_port_and_the_endpoint_together(seed: Profile) -> None:
+    from qualify.runtime.plan import build_plan, on_port
+
+    plan = on_port(build_plan(seed, draft_revision="0" * 40), 18999)
+    assert (plan.port, dict(plan.env)["PORT"], plan.endpoint) == (18999, "18999", "http://127.0.0.1:18999/v1")
+    assert plan.base_url == "http://127.0.0.1:18999"

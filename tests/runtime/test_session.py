@@ -60,3 +60,14 @@ def test_an_unpinned_draft_is_refused_without_allow_unpinned(seed: Profile, tmp_
 
 def test_only_the_vllm_cpu_runtime_mounts_more_than_the_draft(seed: Profile) -> None:
     assert runtime_mounts(seed) == ()
+
+
+def test_each_session_serves_on_a_port_of_its_own(seed: Profile, tmp_path: Path) -> None:
+    """Two runs on one machine never share the profile's port: each launch takes a free one, PORT and endpoint alike."""
+    a = RuntimeSession(seed, run_id="test-port-a", log_dir=tmp_path, draft_revision=CANDIDATE, client_factory=no_docker)
+    b = RuntimeSession(seed, run_id="test-port-b", log_dir=tmp_path, draft_revision=CANDIDATE, client_factory=no_docker)
+    assert a.plan.port != b.plan.port
+    for session in (a, b):
+        assert dict(session.plan.env)["PORT"] == str(session.plan.port)
+        assert session.plan.endpoint == f"http://127.0.0.1:{session.plan.port}/v1"
+    assert seed.endpoint == "http://127.0.0.1:8000/v1"  # the profile itself is unchanged
