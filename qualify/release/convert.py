@@ -262,9 +262,11 @@ def _write_configs(source_dir: Path, out: Path, exclusions: list[str], kv_cache_
     cfg_path = source_dir / MODEL_CONFIG
     if cfg_path.exists():
         cfg = load_json_file(cfg_path, error=UsageError, require_object=True)
-        # The flat block as vLLM reads it (modelopt.py): exclusions under "ignore", the KV cache as a
-        # kv_cache_scheme; a kv_cache_quant_algo here would be read by nothing.
-        block: dict[str, Any] = {"quant_method": "modelopt", "quant_algo": "MXFP8", "group_size": mxfp8.BLOCK_SIZE,
+        # The flat block as vLLM reads it (modelopt.py): exclusions under "ignore", an FP8 KV cache as a
+        # kv_cache_scheme. kv_cache_quant_algo is not read here; it is kept, always saying the same, for the
+        # readers of ModelOpt's own layout.
+        block: dict[str, Any] = {"quant_method": "modelopt", "quant_algo": "MXFP8",
+                                 "kv_cache_quant_algo": kv_cache_quant_algo, "group_size": mxfp8.BLOCK_SIZE,
                                  "ignore": exclusions}
         if kv_cache_quant_algo is not None:
             block["kv_cache_scheme"] = kv_cache_scheme(kv_cache_quant_algo)

@@ -8,17 +8,15 @@ read it through :func:`load_policy`, which refuses anything it cannot use.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.errors import UsageError
+from qualify.util.identifiers import is_repo_id
 
 #: The policy the release workflow applies.
 POLICY_FILE = Path(__file__).with_name("policy.toml")
-#: A hub repository id: owner/name, each part letters, digits, '.', '_' or '-', not starting with '.' or '-'.
-REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _KEYS = {"profile", "require", "repository"}
 
 
@@ -45,7 +43,7 @@ def check_repo_id(repo: str, what: str = "repository") -> str:
     Raises:
         UsageError: anything else (a URL, a path, '..', a shell character), naming ``what``.
     """
-    if not isinstance(repo, str) or not REPO_ID.fullmatch(repo) or ".." in repo:
+    if not is_repo_id(repo):
         raise UsageError(f"{what} {repo!r} is not a hub repository id (owner/name: letters, digits, '.', '_', '-')")
     return repo
 

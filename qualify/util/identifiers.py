@@ -17,6 +17,17 @@ SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: A container image digest (an image ID or a repo digest's right-hand side).
 IMAGE_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
+# A hub repository id: owner/name, each of letters, digits, '-', '_' and '.', starting and ending with a letter or
+# digit, at most 96 characters (huggingface_hub's validate_repo_id, stricter: no '--' or '..', see is_repo_id).
+_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+REPO_ID_RE = re.compile(rf"{_REPO_PART}/{_REPO_PART}")
+
+
+def is_repo_id(text: object) -> bool:
+    """Whether ``text`` is a plain hub repository id ``owner/name`` (no URL, path, '..', '--' or shell character)."""
+    return (isinstance(text, str) and REPO_ID_RE.fullmatch(text) is not None and "--" not in text
+            and ".." not in text)
+
 
 def is_commit(text: object) -> bool:
     """Whether ``text`` is an immutable commit (never a branch, a tag or an abbreviation)."""

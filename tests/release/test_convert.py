@@ -100,7 +100,7 @@ def test_the_converter_declares_the_kv_cache_where_vllm_reads_it(tmp_path: Path,
     out = tmp_path / "out"
     convert(FIXTURE / "source", out, source_repo="o/r", source_revision="0" * 40, kv_cache_quant_algo=kv)
     block = json.loads((out / "config.json").read_text())["quantization_config"]
-    assert "kv_cache_quant_algo" not in block  # a key vLLM does not read in the flat block
+    assert block["kv_cache_quant_algo"] == kv  # not read by vLLM here, and never saying anything else
     assert block.get("kv_cache_scheme") == (None if kv is None else {"type": "float", "num_bits": 8,
                                                                        "dynamic": False, "strategy": "tensor"})
     schemes = read_quant_config(out).schemes

@@ -40,3 +40,14 @@ def test_the_schemas_spell_the_same_patterns() -> None:
     assert f"^{COMMIT_RE.pattern}$" in text
     assert f"^{SHA256_RE.pattern}$" in text
     assert f"^{COMMIT_RE.pattern}$" in str(load_schema("profile"))
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("o/n", True), ("local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8", True), ("o", False), ("o/n/x", False),
+    ("../n", False), ("o/..", False), ("o/a..b", False), ("o/a--b", False), ("-o/n", False), ("o/n-", False),
+    ("o/n;ls", False), ("o/$(x)", False), ("o/n\n", False), ("https://hub/o/n", False), ("", False), (None, False),
+])
+def test_a_repo_id_is_owner_slash_name_and_nothing_else(text: object, ok: bool) -> None:
+    from qualify.util.identifiers import is_repo_id
+
+    assert is_repo_id(text) is ok
