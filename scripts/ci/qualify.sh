@@ -28,7 +28,7 @@ unset SIGN_KEY_PEM
 set +e
 "$QUALIFY_BIN" run --profile "$profile" --checkpoint "$CHECKPOINT" --source "$SOURCE" \
     --draft-revision "$DRAFT_REVISION" --image-digest "$IMAGE_DIGEST" --report-dir "$REPORTS" \
-    --sign-key "$key" --sign-model
+    --sign-key "$key" --sign-model --junit-xml "$REPORTS/junit.xml"
 rc=$?
 set -e
 if [ -n "${GITHUB_OUTPUT-}" ]; then

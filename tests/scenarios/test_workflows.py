@@ -53,14 +53,18 @@ def step_using(workflow: dict[str, Any], action: str, job: str | None = None) ->
 
 # -- the GPU qualification --------------------------------------------------------------
 
+GUARD = "github.ref == 'refs/heads/main' || startsWith(github.ref, 'refs/tags/v')"
+#: Actions by the full commit of the tag in the comment beside it (never a tag: it can be moved).
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40}$")
 
-def test_gpu_workflow_is_manual_only_with_the_inputs_make_qualify_needs(gpu):
+
+def test_gpu_workflow_is_manual_only_and_takes_data_never_policy(gpu):
     # A self-hosted GPU runner must never run a pull request's code.
     assert set(gpu["on"]) == {"workflow_dispatch"}
     inputs = gpu["on"]["workflow_dispatch"]["inputs"]
-    assert inputs["checkpoint"]["required"] and inputs["source"]["required"]
-    assert inputs["profile"]["default"] == "glm53-flash-dflash2-mxfp8-tp4"
-    load_profile(inputs["profile"]["default"])  # a shipped profile, so the gate can take its required levels
+    # Which folders and which commit: the dispatcher's. The profile, levels and repository: the policy's.
+    assert set(inputs) == {"checkpoint", "source", "draft_revision", "image_digest"}
+    assert all(i["required"] for i in inputs.values())
 
 
 def test_gpu_workflow_runs_on_a_four_gpu_self_hosted_runner_one_at_a_time(gpu):
@@ -68,85 +72,74 @@ def test_gpu_workflow_runs_on_a_four_gpu_self_hosted_runner_one_at_a_time(gpu):
     for job in gpu["jobs"].values():  # the release job reads the same checkpoint directory
         assert {"self-hosted", "linux", "gpu-4x"} <= set(job["runs-on"])
     assert gpu["concurrency"]["cancel-in-progress"] is False
-    assert gpu["permissions"]["contents"] == "read"
 
 
-def test_gpu_workflow_runs_make_qualify_with_profile_checkpoint_and_source(gpu):
-    _, step = step_running(gpu, r"\bmake qualify\b")
-    run = step["run"]
-    for var in ("PROFILE", "CHECKPOINT", "SOURCE", "REPORTS"):
-        assert f'{var}="${var}"' in run, var
+def test_only_main_or_a_release_tag_reaches_the_key_and_the_token(gpu):
+    """The signing key and the hub token live in protected environments that only these refs may use."""
+    assert gpu["permissions"] == {}
+    qualify, release = gpu["jobs"]["qualify"], gpu["jobs"]["release"]
+    assert qualify["environment"] == "signing" and release["environment"] == "release"
+    for job in (qualify, release):
+        assert job["if"] == GUARD
+        assert job["permissions"] == {"contents": "read"}  # the least each job needs
+    assert "secrets.QUALIFY_SIGN_KEY" in str(qualify) and "secrets.QUALIFY_SIGN_KEY" not in str(release)
+    assert "secrets.HF_RELEASE_TOKEN" in str(release) and "secrets.HF_RELEASE_TOKEN" not in str(qualify)
+
+
+def test_every_action_is_pinned_to_a_commit_and_checkout_keeps_no_credentials(gpu, ci):
+    for workflow in (gpu, ci):
+        for job in workflow["jobs"]:
+            for step in steps(workflow, job):
+                if "uses" in step:
+                    assert PINNED.match(step["uses"]), step["uses"]
+                    if step["uses"].startswith("actions/checkout@"):
+                        assert step["with"]["persist-credentials"] is False
+    text = (WORKFLOWS / "gpu-qualify.yml").read_text() + (WORKFLOWS / "ci.yml").read_text()
+    assert re.findall(r"@[0-9a-f]{40}  # v\d", text)  # the tag stays readable beside its commit
+
+
+def test_the_jobs_install_from_the_lock_with_hashes_and_run_the_ci_scripts(gpu):
+    for job in ("qualify", "release"):
+        _, install = step_running(gpu, r"scripts/ci/install\.sh", job)
+    install_sh = (REPO / "scripts" / "ci" / "install.sh").read_text()
+    assert "--require-hashes" in install_sh and "requirements/release.lock" in install_sh
+    _, sign = step_running(gpu, r"scripts/ci/qualify\.sh", "qualify")
+    assert sign["env"]["SIGN_KEY_PEM"] == "${{ secrets.QUALIFY_SIGN_KEY }}"
     env = gpu["jobs"]["qualify"]["env"]
-    assert env["PROFILE"] == "${{ inputs.profile }}" and env["CHECKPOINT"] == "${{ inputs.checkpoint }}"
-    assert env["SOURCE"] == "${{ inputs.source }}"
-    # JUnit through the environment variable qualify check reads (make qualify passes no flag).
-    from qualify.commands.check import JUNIT_ENV
-
-    assert JUNIT_ENV in env and env[JUNIT_ENV].startswith(env["REPORTS"])
-    # Not qualified (exit 1) must still publish its evidence: the step records the code instead of failing.
-    assert "set +e" in run and "GITHUB_OUTPUT" in run
+    for var, given in (("CHECKPOINT", "checkpoint"), ("SOURCE", "source"), ("DRAFT_REVISION", "draft_revision"),
+                       ("IMAGE_DIGEST", "image_digest")):
+        assert env[var] == "${{ inputs." + given + " }}"
+    # No step hands an input to make, where $(...) in a value would be evaluated.
+    assert "make " not in str(gpu)
 
 
-def test_gpu_workflow_publishes_the_run_folder_summary_and_junit_even_when_not_qualified(gpu):
+def test_gpu_workflow_publishes_the_run_folder_and_summary_even_when_not_qualified(gpu):
     i_upload, upload = step_using(gpu, "actions/upload-artifact")
     assert "always()" in upload["if"]
     assert upload["with"]["path"] == "${{ env.REPORTS }}" and upload["with"]["if-no-files-found"] == "error"
-    i_summary, summary = step_running(gpu, r"GITHUB_STEP_SUMMARY")
-    assert "report.md" in summary["run"] and "always()" in summary["if"]
-    i_junit, junit = step_using(gpu, "mikepenz/action-junit-report")
-    assert "always()" in junit["if"] and junit["with"]["report_paths"] == "${{ env.QUALIFY_JUNIT_XML }}"
-    assert gpu["permissions"]["checks"] == "write"
-    i_gate, _ = step_running(gpu, r"qualify gate")
-    assert max(i_upload, i_summary, i_junit) < i_gate
-
-
-def test_gpu_workflow_gates_last_on_the_checkpoint_it_qualified(gpu):
-    i_gate, gate = step_running(gpu, r"qualify gate")
-    assert i_gate == len(steps(gpu)) - 1
-    assert "if" not in gate  # runs only when everything before it succeeded
-    # The report beside its attestation, verified with the public key: the report must be the one signed.
-    assert re.search(r'qualify gate "\$RUN_DIR/report.json" --verify-key "\$RUNNER_TEMP/qualify-verify-key.pub.pem"'
-                     r' \\\s+--checkpoint "\$CHECKPOINT" --revision "\$DRAFT_REVISION" --profile "\$PROFILE"',
-                     gate["run"])
-    assert "--allow-unsigned" not in gate["run"]
-    assert "QUALIFY_RC" in gate["run"]  # a harness that exited non-zero fails the job too
-
-
-def test_gpu_workflow_signs_with_a_key_from_the_secret_store(gpu):
-    i_sign, sign = step_running(gpu, r"\bmake qualify\b")
-    # The secret reaches the script by env only, into a file only the job's user can read, named by
-    # QUALIFY_SIGN_KEY (the variable qualify run reads), and removed whatever happens.
-    assert sign["env"]["SIGN_KEY_PEM"] == "${{ secrets.QUALIFY_SIGN_KEY }}"
-    run = sign["run"]
-    assert "umask 077" in run and "trap 'rm -f \"$key\"' EXIT" in run and 'rm -f "$key"' in run
-    from qualify.release.attestation import SIGN_KEY_ENV
-
-    assert f'{SIGN_KEY_ENV}="$key" make qualify' in run and "--sign-model" in run
-    i_key, key = step_running(gpu, r"qualify-verify-key.pub.pem\"$", "qualify")
-    assert key["env"]["VERIFY_KEY_PEM"] == "${{ vars.QUALIFY_VERIFY_KEY }}" and "always()" in key["if"]
-    i_gate, _ = step_running(gpu, r"qualify gate")
-    assert i_sign < i_key < i_gate
+    i_summary, summary = step_running(gpu, r"scripts/ci/summary\.sh")
+    assert "always()" in summary["if"]
+    i_gate, gate = step_running(gpu, r"scripts/ci/gate\.sh", "qualify")
+    assert max(i_upload, i_summary) < i_gate == len(steps(gpu)) - 1
+    assert "if" not in gate and "QUALIFY_RC" in gate["run"]  # a harness that exited non-zero fails the job too
+    assert gate["env"]["VERIFY_KEY_PEM"] == "${{ vars.QUALIFY_VERIFY_KEY }}"
 
 
 def test_the_release_job_verifies_the_attestation_before_it_publishes(gpu):
     job = gpu["jobs"]["release"]
-    assert job["needs"] == "qualify" and job["environment"] == "release"
+    assert job["needs"] == "qualify"
     i_fetch, fetch = step_using(gpu, "actions/download-artifact", "release")
     _, upload = step_using(gpu, "actions/upload-artifact", "qualify")
     assert fetch["with"]["name"] == upload["with"]["name"]
-    i_verify, verify = step_running(gpu, r"qualify gate", "release")
-    assert verify["env"]["VERIFY_KEY_PEM"] == "${{ vars.QUALIFY_VERIFY_KEY }}"
-    assert re.search(r'qualify gate --attestation "\$\{found\[0\]\}" --verify-key "\$key" --checkpoint '
-                     r'"\$CHECKPOINT" \\\s+--revision "\$DRAFT_REVISION" --profile "\$PROFILE"', verify["run"])
-    # The release is pinned to the profile the qualify job ran: the one the workflow was given.
-    assert job["env"]["PROFILE"] == gpu["jobs"]["qualify"]["env"]["PROFILE"] == "${{ inputs.profile }}"
-    assert "--allow-unsigned" not in verify["run"]
-    i_publish, publish = step_running(gpu, r"hf upload", "release")
-    assert i_fetch < i_verify < i_publish == len(steps(gpu, "release")) - 1
-    assert '"$CHECKPOINT"' in publish["run"] and "if" not in publish  # the very directory the gate verified
-    assert publish["env"]["HF_TOKEN"] == "${{ secrets.HF_RELEASE_TOKEN }}"
-    # The signing key never reaches the release job.
-    assert "QUALIFY_SIGN_KEY" not in str(job)
+    i_release, release = step_running(gpu, r"scripts/ci/release\.sh", "release")
+    assert i_fetch < i_release == len(steps(gpu, "release")) - 1
+    assert release["env"]["HF_TOKEN"] == "${{ secrets.HF_RELEASE_TOKEN }}"
+    script = (REPO / "scripts" / "ci" / "release.sh").read_text()
+    # The gate under the release policy, then the publish of exactly that folder to the policy's repository.
+    assert script.index("scripts/ci/gate.sh") < script.index("\"$QUALIFY_BIN\" publish")
+    assert "ci_policy repository" in script and "RELEASE_REPO" not in script
+    gate = (REPO / "scripts" / "ci" / "gate.sh").read_text()
+    assert "--release-policy" in gate and "--allow-unsigned" not in gate
 
 
 def test_no_workflow_pastes_an_expression_into_a_shell_script(gpu, ci):
@@ -165,6 +158,7 @@ def test_ci_runs_the_ci_script_on_ubuntu_for_pushes_and_pull_requests(ci):
     (job,) = ci["jobs"].values()
     assert str(job["runs-on"]).startswith("ubuntu")
     step_running(ci, r"^\.ci/run$")
+    assert ci["permissions"] == {} and job["permissions"] == {"contents": "read"}
     _, py = step_using(ci, "actions/setup-python")
     assert float(py["with"]["python-version"]) >= 3.11
     assert "make test" in (REPO / ".ci" / "run").read_text()
