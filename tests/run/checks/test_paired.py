@@ -1,0 +1,28 @@
+"""qualify.run.checks.paired: the paired measurement's evidence, with its charts drawn at the profile's margin
+(the comparison is tested in tests/serving/, the charts in tests/report/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from qualify.profile import load_profile
+from qualify.report.model import Evidence
+from qualify.run.checks import paired
+
+
+def test_the_charts_are_drawn_at_the_profiles_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_profile("fixture").paired
+    assert spec is not None
+    seen: list[tuple[Any, float]] = []
+
+    def paired_charts(decisions: Any, *, margin: float) -> dict[str, str]:
+        seen.append((decisions, margin))
+        return {"1": "<svg/>"}
+
+    monkeypatch.setattr(paired, "paired_charts", paired_charts)
+    evidence, decisions = Evidence("paired"), [object()]
+    assert paired.non_inferiority((evidence, decisions), spec) is evidence
+    assert seen == [(decisions, spec.margin)]
+    assert evidence.measured["charts_svg"] == {"1": "<svg/>"}
