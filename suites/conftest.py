@@ -1,7 +1,8 @@
 """The suites' fixtures, which live in the package (:mod:`qualify.run.fixtures`), typed and checked there.
 
-A suite module holds checks only: each calls a library function with these fixtures and
-records its evidence.
+A suite module holds no logic: its tests are generated from the check catalogue
+(:mod:`qualify.run.suite_checks`), each calling its check's function with these fixtures and
+recording what it returns.
 """
 
 from qualify.run.fixtures.inputs import *  # noqa: F403

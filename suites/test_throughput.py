@@ -1,28 +1,9 @@
-"""Level "throughput": output tokens/s, TTFT and ITL as measured; qualified only against bounds the profile states."""
-
-from __future__ import annotations
+"""Level "throughput": the checks qualify/checks/catalogue.py declares for it (docs/checks.md),
+each run by its function in qualify/run/checks/throughput.py. Nothing is written here by hand."""
 
 import pytest
 
-from qualify.serving import client as serving
-from qualify.serving.throughput import throughput_evidence
+from qualify.run.suite_checks import suite_checks
 
 pytestmark = pytest.mark.throughput
-
-
-def test_serving_throughput(openai_client, served_model, prompt_set, throughput_spec, server_info, record):
-    """Streamed requests at the profile's concurrency: output tokens/s, time to first token, inter-token latency."""
-    measured = serving.measure_throughput(
-        openai_client, served_model, prompt_set.prompts, max_tokens=throughput_spec.max_tokens,
-        temperature=throughput_spec.temperature, concurrency=throughput_spec.concurrency,
-        timeout_s=throughput_spec.request_timeout_s, rounds=throughput_spec.rounds,
-    )
-    measured.update(prompts=prompt_set.identity(), server=server_info)
-    evidence, gated = throughput_evidence(
-        measured, min_output_tokens_per_s=throughput_spec.min_output_tokens_per_s,
-        max_mean_ttft_s=throughput_spec.max_mean_ttft_s, max_mean_itl_s=throughput_spec.max_mean_itl_s,
-    )
-    record(evidence)
-    if not gated:
-        # Recorded, but a figure with no bound to meet is a measurement, not a qualification.
-        pytest.skip(f"throughput measured ({evidence.summary}) but not qualified: the profile states no bound")
+globals().update(suite_checks("throughput"))

@@ -1,7 +1,8 @@
 """The pytest plugin that turns qualification suites into the report model.
 
 Each test in ``suites/`` is one check: its module's level marker names the level, its
-name the check id, its docstring the title. A test hands the library's
+name the check id; its title is the one :mod:`qualify.checks.catalogue` declares (a test the
+catalogue does not declare: its docstring's first line). A test hands the library's
 :class:`~qualify.report.model.Evidence` to the ``record`` fixture, which attaches it to the
 check and fails the test when there are findings. Outcomes map to statuses as a
 release gate needs them:
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from qualify.checkpoint.pinned import PinnedFolder
+from qualify.checks.catalogue import by_id
 from qualify.errors import CheckpointError, HarnessError, QualifyError, RuntimeNotStarted
 from qualify.report.model import LEVELS, Check, Evidence, Run, Status
 from qualify.run.context import RunContext
@@ -94,7 +96,11 @@ def check_id(item: pytest.Item, level: str) -> str:
     return f"{level}.{name.removeprefix('test_')}"
 
 
-def check_title(item: pytest.Item) -> str:
+def check_title(item: pytest.Item, level: str) -> str:
+    """The check's title as the catalogue declares it; for a test it does not declare, its docstring's first line."""
+    spec = by_id(check_id(item, level))
+    if spec is not None:
+        return spec.title
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     return doc.strip().splitlines()[0] if doc.strip() else item.name
 
@@ -224,7 +230,7 @@ class QualifyPlugin:
         return Check(
             id=check_id(item, level),
             level=level,
-            title=check_title(item),
+            title=check_title(item, level),
             status=status,
             message=message,
             evidence=evidence,
