@@ -1,6 +1,6 @@
 """The load level's one launch of the runtime, step by step, each step returning its evidence.
 
-The suite's checks (``suites/test_load.py``) are thin: each asks this object for one
+The load level's checks (``qualify/run/checks/load.py``) are thin: each asks this object for one
 step -- GPU preflight, image pinned, revisions pinned, draft identity, container
 started, ready, load evidence, teardown -- and records the :class:`Evidence`. Steps are
 computed once and cached, so the order checks run in cannot change what they see, and
