@@ -29,8 +29,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
-from qualify.util.redact import redact
-
 
 class ExitCode(enum.IntEnum):
     """What a ``qualify`` command's exit status means."""
@@ -161,13 +159,13 @@ class DockerUnavailable(HarnessError):
 class RuntimeFailure(NotQualifiedError):
     """The runtime could not be launched or did not become ready; ``log_tail`` holds its last log lines.
 
-    Messages and log lines are redacted when the error is made, so no token in a log
-    reaches a report through it.
+    Messages and log lines may quote the runtime's own output: every place that shows them (the
+    report writer, the Markdown, the terminal summary, the CLI) redacts secrets first.
     """
 
     def __init__(self, message: str, *, log_tail: Sequence[str] = (), hint: str | None = None) -> None:
-        super().__init__(redact(message), hint=hint)
-        self.log_tail = [redact(line) for line in log_tail]
+        super().__init__(message, hint=hint)
+        self.log_tail = list(log_tail)
 
 
 class ImageNotPresent(RuntimeFailure):

@@ -27,8 +27,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from qualify.core import LEVELS
 from qualify.errors import ProfileError, UsageError
-from qualify.report.model import LEVELS
 from qualify.schemas import schema_errors
 from qualify.util.identifiers import is_commit
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from qualify.core import Evidence, Status
 from qualify.profile import load_profile
-from qualify.report.model import Check, Evidence, LevelResult, Run, Status
+from qualify.report.model import Check, LevelResult, Run
 
 SEED = "glm53-flash-dflash2-mxfp8-tp4"
 DRAFT_REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -73,11 +73,23 @@ def test_the_cli_turns_an_escaped_error_into_one_line(monkeypatch: pytest.Monkey
     assert "Traceback" not in err
 
 
-def test_runtime_failures_are_redacted_when_made() -> None:
+def test_runtime_failures_are_redacted_wherever_they_are_shown(tmp_path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """errors.py imports nothing of ours, so a failure is redacted where it is shown: its evidence, the CLI."""
+    from qualify.commands import diff
+    from qualify.runtime.container import failure_evidence
+
     token = "hf_" + "A" * 34
-    exc = RuntimeFailure(f"HF_TOKEN={token} rejected", log_tail=[f"Authorization: Bearer {token}"])
-    assert token not in str(exc)
-    assert all(token not in line for line in exc.log_tail)
+    exc = RuntimeFailure(f"HF_TOKEN={token} rejected", log_tail=[f"ValueError: Authorization: Bearer {token}"])
+    ev = failure_evidence("started", exc)
+    assert token not in ev.failure_text() and token not in str(ev.measured["log_tail"])
+
+    def boom(args: object) -> int:
+        raise exc
+
+    monkeypatch.setattr(diff, "run", boom)
+    assert main(["diff", "a.json", "b.json"]) == 1
+    assert token not in capsys.readouterr().err
 
 
 def test_one_table_gives_each_kind_its_exit_code() -> None:

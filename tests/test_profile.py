@@ -136,7 +136,7 @@ def test_every_shipped_profile_loads(name: str) -> None:
 
 
 def test_schema_levels_match_the_report_model() -> None:
-    from qualify.report.model import LEVELS
+    from qualify.core import LEVELS
     from qualify.schemas import load_schema
 
     assert tuple(load_schema("profile")["$defs"]["level"]["enum"]) == LEVELS

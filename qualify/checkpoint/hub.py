@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from qualify.checkpoint.checksums import sha256_files
+from qualify.core import Evidence
 from qualify.errors import HubError, UsageError
-from qualify.report.model import Evidence
 from qualify.util.identifiers import is_commit
 from qualify.util.records import record_dict
 from qualify.util.redact import redact

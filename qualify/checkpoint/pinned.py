@@ -33,8 +33,8 @@ from pathlib import Path
 
 from qualify.checkpoint.checksums import DEFAULT_CHUNK, sha256_files
 from qualify.checkpoint.files import FileEntry, blob_name_problem, hub_repo_of, list_checkpoint_files, storage_roots
+from qualify.core import Evidence
 from qualify.errors import CheckpointError, HarnessError
-from qualify.report.model import Evidence
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from qualify.report.model import LEVELS
+from qualify.core import LEVELS
 
 #: A check id: ``<level>.<name>``, the name a Python identifier in lower case.
 CHECK_ID = re.compile(r"^(?P<level>[a-z]+)\.(?P<name>[a-z][a-z0-9_]*)$")

@@ -19,8 +19,8 @@ from typing import Any
 
 from qualify.checkpoint.quant_config import MODEL_CONFIG, is_excluded, module_of
 from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.core import Evidence
 from qualify.mxfp8.constants import ELEMENT_DTYPE
-from qualify.report.model import Evidence
 
 #: Dtypes a module built unquantized may be stored in (vLLM copies them into the model dtype).
 FLOAT_DTYPES = ("BF16", "F16", "F32")

@@ -28,6 +28,7 @@ from qualify.checkpoint.quant_config import (
     module_of,
 )
 from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.core import Evidence
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8.constants import (
     BLOCK_MAX_RANGE,
@@ -37,7 +38,6 @@ from qualify.mxfp8.constants import (
     ELEMENT_DTYPE,
     SCALE_DTYPE,
 )
-from qualify.report.model import Evidence
 
 FP8 = ELEMENT_DTYPE
 SCALE = SCALE_DTYPE

@@ -24,9 +24,9 @@ import torch
 
 from qualify.checkpoint.checksums import thread_map
 from qualify.checkpoint.safetensors_io import Checkpoint
+from qualify.core import Evidence
 from qualify.errors import CheckpointError
 from qualify.mxfp8 import codec as mxfp8
-from qualify.report.model import Evidence
 from qualify.util.progress import StepProgress
 
 SCALE_SUFFIX = "_scale"

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from qualify.checkpoint.quant_config import MODEL_CONFIG
+from qualify.core import Evidence
 from qualify.errors import CheckpointError
-from qualify.report.model import Evidence
 from qualify.util.jsonio import load_json_file
 
 #: The key the conversion adds to config.json (a ModelOpt export and ``qualify convert`` alike).

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qualify.checkpoint.identity import SourcePins, identity_record, prove_source
-from qualify.report.model import SOURCE_NOT_VERIFIED, Evidence
+from qualify.core import SOURCE_NOT_VERIFIED, Evidence
 
 #: What a failing check tells the user to do.
 HOW_TO_PROVE = ("pin its digests in the profile ([source] content_revision or [source.sha256]), let the run "

@@ -32,10 +32,10 @@ from qualify.checkpoint.manifest import (
 from qualify.checkpoint.quant_config import HF_QUANT_CONFIG, MODEL_CONFIG
 from qualify.checkpoint.safetensors_io import INDEX_NAME, Checkpoint, invalid_bools
 from qualify.checks.source_config import BYTE_COMPANIONS, JSON_COMPANIONS
+from qualify.core import Evidence
 from qualify.errors import CheckpointError, ManifestError
 from qualify.mxfp8 import codec as mxfp8
 from qualify.mxfp8 import statistics
-from qualify.report.model import Evidence
 from qualify.schemas import schema_errors
 from qualify.util.identifiers import is_commit
 from qualify.util.jsonio import load_json_file

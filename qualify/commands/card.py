@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from qualify.core import Verdict
     from qualify.report.card import validation_status_section
-    from qualify.report.model import Verdict, read_json
+    from qualify.report.model import read_json
 
     report = read_json(args.report)  # validates and recomputes the verdict; UsageError -> exit 2
     citation = _citation(args) if args.verify_key is not None else None

@@ -25,6 +25,7 @@ from qualify.commands import (
     existing_dir,
     parser_for,
 )
+from qualify.util.redact import redact
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    print(redact(text), flush=True)  # a runtime's message or log line may quote a token
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     from qualify.profile import load_profile
     from qualify.runtime import plan as plans
-    from qualify.util.redact import install_log_redaction, redact
+    from qualify.util.redact import install_log_redaction
 
     # Library warnings (docker, huggingface_hub) reach stderr through one handler, and never with a token.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

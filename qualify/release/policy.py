@@ -55,8 +55,8 @@ def load_policy(path: Path = POLICY_FILE) -> ReleasePolicy:
         UsageError: the file is missing or not TOML, holds an unknown key, names a profile this
             harness does not ship, an unknown level, or a repository that is not ``owner/name``.
     """
+    from qualify.core import LEVELS
     from qualify.profile import list_profiles, load_profile
-    from qualify.report.model import LEVELS
 
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))

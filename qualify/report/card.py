@@ -50,7 +50,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from qualify.report.model import LEVEL_TITLES, SOURCE_NOT_VERIFIED, Check, Run, Status, Verdict
+from qualify.core import LEVEL_TITLES, SOURCE_NOT_VERIFIED, Status, Verdict
+from qualify.report.model import Check, Run
 from qualify.util.escape import escape_markdown
 
 #: Levels that need the runtime; their conditions (target, image, GPUs, backends) only apply to them.

@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from qualify.report.model import LEVELS, Check, Run
+from qualify.core import LEVELS
+from qualify.report.model import Check, Run
 from qualify.util.escape import escape_lines
 
 _MISSING = object()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qualify.core import LEVEL_TITLES, LEVELS, Status
 from qualify.report.card import (
     checkpoint_conditions,
     exercised_note,
@@ -18,7 +19,7 @@ from qualify.report.card import (
     stand_in_note,
     status_head,
 )
-from qualify.report.model import LEVEL_TITLES, LEVELS, Check, LevelResult, Run, Status
+from qualify.report.model import Check, LevelResult, Run
 from qualify.util.escape import escape_lines, escape_markdown, markdown_code
 from qualify.util.redact import redact
 

@@ -11,8 +11,9 @@ qualified: that is the checkpoint's doing.
 
 from __future__ import annotations
 
+from qualify.core import Status, Verdict
 from qualify.errors import ExitCode
-from qualify.report.model import Run, Status, Verdict
+from qualify.report.model import Run
 from qualify.run.pinning import PINNED_KEY
 
 

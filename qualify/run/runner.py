@@ -21,10 +21,11 @@ from qualify import __version__
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.manifest import MANIFEST_NAME, list_checkpoint_files
 from qualify.checkpoint.pinned import PinnedFolder
+from qualify.core import LEVELS
 from qualify.errors import HarnessError, QualifyError, RunFolderExists
 from qualify.profile import Profile
 from qualify.report.markdown import CHART_KEY, chart_file, chart_files, render_markdown
-from qualify.report.model import LEVELS, Check, LevelResult, Run, write_json
+from qualify.report.model import Check, LevelResult, Run, write_json
 from qualify.run.context import RunContext
 from qualify.run.pinning import pinned_copy, record_pinned
 from qualify.util.atomic import atomic_write_text

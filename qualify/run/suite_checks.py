@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from qualify.checks.catalogue import CheckSpec, level_specs
+from qualify.core import LEVELS, Evidence
 from qualify.errors import HarnessError
-from qualify.report.model import LEVELS, Evidence
 from qualify.run.checks.result import Measured, Skipped
 
 #: The fixture every suite test takes besides its check's inputs (:func:`qualify.run.suite_plugin.record`).

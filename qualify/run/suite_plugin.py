@@ -23,8 +23,9 @@ import pytest
 
 from qualify.checkpoint.pinned import PinnedFolder
 from qualify.checks.catalogue import by_id
+from qualify.core import LEVELS, Evidence, Status
 from qualify.errors import CheckpointError, HarnessError, QualifyError, RuntimeNotStarted
-from qualify.report.model import LEVELS, Check, Evidence, Run, Status
+from qualify.report.model import Check, Run
 from qualify.run.context import RunContext
 from qualify.run.pinning import reverify
 

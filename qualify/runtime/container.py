@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qualify.core import Evidence
 from qualify.errors import (
     ContainerExited,
     ImageDigestMismatch,
@@ -41,7 +42,6 @@ from qualify.errors import (
     ServesAnotherModel,
     UnpinnedLaunch,
 )
-from qualify.report.model import Evidence
 from qualify.runtime.engine import cleanup_leftovers, run_containers
 from qualify.runtime.image import ImageIdentity, check_image, check_pinning, inspect_image
 from qualify.runtime.labels import LABEL_RUN
@@ -448,10 +448,11 @@ def failure_evidence(summary: str, exc: RuntimeFailure) -> Evidence:
     so a reader sees why the runtime refused the checkpoint without opening the log.
     """
     ev = Evidence(summary)
-    said = runtime_error_line(exc.log_tail) if exc.log_tail else None
-    ev.add(f"{exc}; the runtime's last error: {said}" if said else str(exc))
-    if exc.log_tail:
-        ev.measured["log_tail"] = exc.log_tail
+    tail = [redact(line) for line in exc.log_tail]
+    said = runtime_error_line(tail) if tail else None
+    ev.add(redact(f"{exc}; the runtime's last error: {said}" if said else str(exc)))
+    if tail:
+        ev.measured["log_tail"] = tail
     if isinstance(exc, ContainerExited):
         ev.measured["exit_code"] = exc.exit_code
     return ev

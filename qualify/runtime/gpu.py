@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from qualify.core import Evidence
 from qualify.errors import GpuQueryError
 from qualify.profile import Profile
-from qualify.report.model import Evidence
 from qualify.util.records import record_dict
 
 QUERY_FIELDS = ("index", "name", "memory.total", "driver_version")

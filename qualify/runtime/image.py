@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from qualify.core import Evidence
 from qualify.errors import ImageNotPresent
-from qualify.report.model import Evidence
 from qualify.runtime.plan import LaunchPlan
 from qualify.runtime.standin import LABEL_SOURCE as STANDIN_LABEL
 from qualify.util.identifiers import is_commit

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qualify.core import Evidence
 from qualify.profile import EvidenceSpec, Profile
-from qualify.report.model import Evidence
 from qualify.util.redact import redact
 
 _MAX_LINE = 300  # characters of a matched line kept as evidence

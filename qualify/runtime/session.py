@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from qualify import errors
+from qualify.core import Evidence
 from qualify.errors import QualifyError
 from qualify.profile import Profile
-from qualify.report.model import Evidence
 from qualify.runtime import companions as comp
 from qualify.runtime import container as c
 from qualify.runtime import engine, labels

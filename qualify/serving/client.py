@@ -27,8 +27,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from qualify import errors
+from qualify.core import Evidence
 from qualify.errors import ServerUnavailable, ServingError, UsageError
-from qualify.report.model import Evidence
 from qualify.serving import specdecode as sd
 from qualify.util.redact import API_KEY_ENV, redact, url_credentials
 

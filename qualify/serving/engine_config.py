@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 
 #: vLLM 0.32's engine start line (vllm/v1/engine/core.py).
 ENGINE_LINE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)\s]*)\) with config: (?P<config>[^\n]*)")

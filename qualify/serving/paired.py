@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.serving.specdecode import Bootstrap, CounterDelta, Interval, add, figures_dict, quantile
 
 #: The relative difference a resample counts as when a figure is undefined in it: all acceptance lost.

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qualify.core import Evidence
 from qualify.errors import CounterError, CountersMissing, ServerUnavailable, ServingError, UsageError
 from qualify.profile import PairedSpec
-from qualify.report.model import Evidence
 from qualify.serving import client as cl
 from qualify.serving import specdecode as sd
 from qualify.serving.client import Prompt

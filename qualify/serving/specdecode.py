@@ -34,8 +34,8 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from qualify.core import Evidence
 from qualify.errors import CounterError, CountersMissing
-from qualify.report.model import Evidence
 from qualify.util.records import record_dict
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"

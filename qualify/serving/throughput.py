@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 
 
 def throughput_evidence(

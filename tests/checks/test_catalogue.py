@@ -14,7 +14,7 @@ import pytest
 
 from qualify.checks import catalogue
 from qualify.checks.catalogue import CATALOGUE, CHECK_ID, LEVEL_SUMMARY, by_id, level_checks, level_of_check
-from qualify.report.model import LEVELS
+from qualify.core import LEVELS
 from tests.helpers import REPO
 
 REGENERATE = ".venv/bin/python -m qualify.checks.catalogue > docs/checks.md"

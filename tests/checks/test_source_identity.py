@@ -17,9 +17,10 @@ from fixtures.corpus import PINNED_SOURCE, SNAPSHOT_PARENT, SOURCE_REPO, make_sn
 from qualify.checkpoint import identity as ident
 from qualify.checkpoint.checksums import folder_digests, folder_revision
 from qualify.checks.source_identity import HOW_TO_PROVE, check_source_identity
+from qualify.core import Status
 from qualify.errors import CheckpointError
 from qualify.release.gate import source_refusals
-from qualify.report.model import Check, LevelResult, Run, Status
+from qualify.report.model import Check, LevelResult, Run
 from tests.checkpoint.test_identity import OTHER
 from tests.hub_standin import StandinHub, StandinRepo, git_blob_sha1, go_online
 

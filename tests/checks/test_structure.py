@@ -556,7 +556,7 @@ def _tensor_entry(name, action, dtype, shape, *outputs):
     ],
 )
 def test_each_entry_maps_to_what_its_action_produces(entry, messages):
-    from qualify.report.model import Evidence
+    from qualify.core import Evidence
 
     ev = Evidence("entry")
     structure._check_entry_shape(entry, ev)

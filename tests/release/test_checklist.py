@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from qualify.checks.catalogue import CATALOGUE
+from qualify.core import LEVELS
 from qualify.release.checklist import level_checks, level_of_check
-from qualify.report.model import LEVELS
 from tests.helpers import REPO
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from qualify.cli import main
+from qualify.core import Status
 from qualify.errors import UsageError
 from qualify.profile import load_profile
 from qualify.release.gate import (
@@ -30,7 +31,7 @@ from qualify.release.gate import (
     source_statuses,
     stored_contradictions,
 )
-from qualify.report.model import Run, Status, write_json
+from qualify.report.model import Run, write_json
 from qualify.run.pipeline import CHECKPOINT_LEVELS
 from tests.helpers import FIXTURE, TRACEBACK, run_qualify
 from tests.run_builders import DRAFT_REVISION, FILES, SEED, defined_run

@@ -22,9 +22,10 @@ import pytest
 
 from qualify import __version__
 from qualify.cli import main
+from qualify.core import Status
 from qualify.profile import list_profiles, load_profile
 from qualify.release import attestation as a
-from qualify.report.model import Run, Status, write_json
+from qualify.report.model import Run, write_json
 from tests.helpers import TRACEBACK, write_key
 from tests.run_builders import DRAFT_REVISION, defined_run
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from qualify.core import Status
 from qualify.report.card import indefinite_article, validation_status_section
 from qualify.report.markdown import summary_lines, validation_status
-from qualify.report.model import Status, write_json
+from qualify.report.model import write_json
 from tests.helpers import TRACEBACK, run_qualify
 from tests.run_builders import COMPLETION, LOAD_LOG, log_evidence, seed_run
 

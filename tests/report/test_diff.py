@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from qualify.core import Status
 from qualify.report.diff import Change, diff_runs, relative_change, relevant, render
-from qualify.report.model import LevelResult, Status, write_json
+from qualify.report.model import LevelResult, write_json
 from tests.helpers import TRACEBACK, run_qualify
 from tests.run_builders import LOAD_LOG, make_check, seed_run
 

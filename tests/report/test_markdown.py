@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from qualify.core import Evidence, Status
 from qualify.profile import load_profile
 from qualify.report.markdown import render_markdown, summary_lines, validation_status
-from qualify.report.model import Check, Evidence, LevelResult, Run, Status
+from qualify.report.model import Check, LevelResult, Run
 from tests.run_builders import verified_identity
 
 SEED = "glm53-flash-dflash2-mxfp8-tp4"

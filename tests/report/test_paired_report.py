@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from qualify.core import Status
 from qualify.report.markdown import chart_files, paired_lines, speedup_callout
-from qualify.report.model import Check, LevelResult, Status
+from qualify.report.model import Check, LevelResult
 from qualify.report.plots import paired_charts
 from qualify.serving import paired as pr
 from qualify.serving.specdecode import Bootstrap, CounterDelta

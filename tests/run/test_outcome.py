@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from qualify.core import Evidence, Status
 from qualify.errors import ExitCode
 from qualify.profile import load_profile
-from qualify.report.model import Check, Evidence, Status
+from qualify.report.model import Check
 from qualify.run.outcome import harness_faults, run_outcome
 from qualify.run.runner import new_run
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from qualify.checks import structure
+from qualify.core import Status, Verdict
 from qualify.profile import load_profile
 from qualify.release.attestation import ATTESTATION_NAME, read_envelope
-from qualify.report.model import Check, Run, Status, Verdict, read_json
+from qualify.report.model import Check, Run, read_json
 from qualify.run.pipeline import RunOptions, run_qualification
 from tests.helpers import FIXTURE, write_key
 

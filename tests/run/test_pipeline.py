@@ -14,9 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from qualify.checkpoint.checksums import folder_revision
+from qualify.core import Status, Verdict
 from qualify.errors import UsageError
 from qualify.profile import load_profile
-from qualify.report.model import Status, Verdict, read_json
+from qualify.report.model import read_json
 from qualify.run.pipeline import RunOptions, resolve_checkpoint, run_qualification
 from qualify.serving.local_servers import LocalServing
 from tests.helpers import FIXTURE, REPO, TRACEBACK

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from qualify.checks.catalogue import CATALOGUE, CheckSpec, by_id, level_checks
+from qualify.core import LEVELS, Evidence, Status
 from qualify.errors import HarnessError
 from qualify.profile import load_profile
-from qualify.report.model import LEVELS, Evidence, Run, Status
+from qualify.report.model import Run
 from qualify.run.checks.result import Measured, Skipped
 from qualify.run.context import RunContext
 from qualify.run.runner import new_run

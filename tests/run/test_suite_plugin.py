@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from qualify.core import Status
 from qualify.profile import load_profile
-from qualify.report.model import Run, Status
+from qualify.report.model import Run
 from qualify.run.context import RunContext
 from qualify.run.runner import new_run
 from qualify.run.suite_plugin import QualifyPlugin, check_id, level_of
@@ -21,7 +22,7 @@ STRUCTURE_SUITE = '''
 import pytest
 
 from qualify.errors import HarnessError, ManifestError
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.run.suite_plugin import record
 
 pytestmark = pytest.mark.structure
@@ -70,7 +71,7 @@ def test_second_user_of_a_broken_input(broken_input):
 LEVEL_SUITE = '''
 import pytest
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.run.suite_plugin import record
 
 pytestmark = pytest.mark.{level}

@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 from fixtures import dflash_cpu
+from qualify.core import Status
 from qualify.profile import load_profile
-from qualify.report.model import Run, Status, read_json
+from qualify.report.model import Run, read_json
 from qualify.runtime import vllm_cpu_plugin as plugin
 from qualify.runtime.companions import usable_cores
 from qualify.serving import client as cl

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from qualify.report.model import Run, Status, read_json
+from qualify.core import Status
+from qualify.report.model import Run, read_json
 from tests.fault_server import fault_server, serving_profile
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 

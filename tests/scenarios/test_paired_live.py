@@ -31,8 +31,9 @@ from typing import Any
 
 import pytest
 
+from qualify.core import Status
 from qualify.profile import load_profile
-from qualify.report.model import Status, read_json
+from qualify.report.model import read_json
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
 from qualify.serving import specdecode as sd

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from qualify.report.model import Run, Status, Verdict, read_json
+from qualify.core import Status, Verdict
+from qualify.report.model import Run, read_json
 from tests.helpers import FIXTURE, REPO, TRACEBACK, write_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]

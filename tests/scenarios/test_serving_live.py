@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from qualify.report.model import Check, Run, Status, Verdict, read_json
+from qualify.core import Status, Verdict
+from qualify.report.model import Check, Run, read_json
 from tests.helpers import REPO
 from tests.live_servers import Launch, LiveServer, LiveServers
 

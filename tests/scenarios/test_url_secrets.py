@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from qualify.core import Evidence, Status
 from qualify.report.markdown import render_markdown, summary_lines
-from qualify.report.model import Check, Evidence, LevelResult, Run, Status, write_json
+from qualify.report.model import Check, LevelResult, Run, write_json
 from qualify.serving import client
 from qualify.util.redact import API_KEY_ENV, MASK, redact, url_credentials
 from tests.helpers import FIXTURE, REPO

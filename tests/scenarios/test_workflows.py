@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import yaml
 
-from qualify.profile import load_profile
 from qualify.report.model import read_json
 from tests.helpers import FIXTURE, REPO, run_qualify
 
@@ -100,7 +99,7 @@ def test_every_action_is_pinned_to_a_commit_and_checkout_keeps_no_credentials(gp
 
 def test_the_jobs_install_from_the_lock_with_hashes_and_run_the_ci_scripts(gpu):
     for job in ("qualify", "release"):
-        _, install = step_running(gpu, r"scripts/ci/install\.sh", job)
+        step_running(gpu, r"scripts/ci/install\.sh", job)
     install_sh = (REPO / "scripts" / "ci" / "install.sh").read_text()
     assert "--require-hashes" in install_sh and "requirements/release.lock" in install_sh
     _, sign = step_running(gpu, r"scripts/ci/qualify\.sh", "qualify")

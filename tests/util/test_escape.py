@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from qualify.core import Evidence, Status
 from qualify.report.card import validation_status_section
 from qualify.report.diff import diff_runs, render
 from qualify.report.markdown import render_markdown, summary_lines
-from qualify.report.model import Check, Evidence, LevelResult, Run, Status, read_json, write_json
+from qualify.report.model import Check, LevelResult, Run, read_json, write_json
 from qualify.util.escape import escape_markdown, escape_terminal, markdown_code
 
 FORGED = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.report.plots import position_acceptance_svg
 from qualify.serving import specdecode as sd
 

@@ -9,8 +9,8 @@ from qualify.checkpoint.quant_config import QuantConfig
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks import format as f
 from qualify.checks.draft_model import check_draft_model
+from qualify.core import Evidence
 from qualify.profile import Profile
-from qualify.report.model import Evidence
 
 
 def weights(checkpoint: Checkpoint, profile: Profile) -> Evidence:

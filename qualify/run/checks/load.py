@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qualify.checkpoint.pinned import PinnedFolder, copy_evidence
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.runtime.session import RuntimeSession
 
 

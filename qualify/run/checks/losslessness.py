@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from qualify import errors
+from qualify.core import Evidence
 from qualify.profile import AcceptanceSpec, LosslessnessSpec
-from qualify.report.model import Evidence
 from qualify.serving import client as serving
 from qualify.serving import specdecode as sd
 

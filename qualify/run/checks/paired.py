@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qualify.core import Evidence
 from qualify.profile import PairedSpec
-from qualify.report.model import Evidence
 from qualify.report.plots import paired_charts
 
 

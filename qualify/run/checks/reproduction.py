@@ -5,8 +5,8 @@ from __future__ import annotations
 from qualify.checkpoint.manifest import Manifest
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks import reproduction as r
+from qualify.core import Evidence
 from qualify.profile import Profile
-from qualify.report.model import Evidence
 
 
 def quantized_tensors(plan: list[r.PlanItem], manifest: Manifest, checkpoint: Checkpoint, source: Checkpoint,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from qualify import errors
+from qualify.core import Evidence
 from qualify.profile import DEFAULT_REQUEST_TIMEOUT_S, Profile, SmokeSpec
-from qualify.report.model import Evidence
 from qualify.run.checks.result import Skipped
 from qualify.run.fixtures.serving import ServerLog
 from qualify.runtime.log_evidence import wait_for_log_evidence

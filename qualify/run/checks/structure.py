@@ -11,8 +11,8 @@ from qualify.checkpoint.pinned import PinnedFolder, pin_evidence
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks import source_config as sc
 from qualify.checks import structure as m
+from qualify.core import Evidence
 from qualify.profile import Profile
-from qualify.report.model import Evidence
 
 
 def pinned(pinned_checkpoint: PinnedFolder) -> Evidence:

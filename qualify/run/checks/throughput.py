@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qualify.core import Evidence
 from qualify.profile import ThroughputSpec
-from qualify.report.model import Evidence
 from qualify.run.checks.result import Measured
 from qualify.serving import client as serving
 from qualify.serving.throughput import throughput_evidence

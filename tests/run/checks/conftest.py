@@ -15,8 +15,8 @@ from qualify.checkpoint.quant_config import QuantConfig, read_model_config, read
 from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks.catalogue import by_id
 from qualify.checks.reproduction import PlanItem
+from qualify.core import Evidence
 from qualify.profile import Profile, load_profile
-from qualify.report.model import Evidence
 from tests.helpers import FIXTURE
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.report.plots import position_acceptance_svg
 from qualify.run.checks.acceptance import draft_acceptance
 

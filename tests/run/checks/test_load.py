@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from qualify.checkpoint.pinned import pin_folder
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.run.checks import load
 
 

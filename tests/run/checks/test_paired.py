@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from qualify.core import Evidence
 from qualify.profile import load_profile
-from qualify.report.model import Evidence
 from qualify.run.checks import paired
 
 

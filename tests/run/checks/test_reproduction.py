@@ -10,8 +10,8 @@ import pytest
 
 from qualify.checkpoint.manifest import Manifest
 from qualify.checks.catalogue import level_checks
+from qualify.core import Evidence
 from qualify.profile import Profile
-from qualify.report.model import Evidence
 
 
 @pytest.mark.parametrize("check_id", level_checks()["reproduction"])

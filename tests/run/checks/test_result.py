@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qualify.report.model import Evidence
+from qualify.core import Evidence
 from qualify.run.checks.result import Measured
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from qualify import errors
+from qualify.core import Evidence
 from qualify.profile import Profile, load_profile
-from qualify.report.model import Evidence
 from qualify.run.checks import smoke
 from qualify.run.checks.result import Skipped
 from qualify.run.fixtures.serving import ServerLog

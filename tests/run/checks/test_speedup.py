@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from qualify.core import Evidence
 from qualify.profile import Profile, load_profile
-from qualify.report.model import Evidence
 from qualify.run.checks.result import Measured
 from qualify.run.checks.speedup import speculative_speedup
 from qualify.serving import client as serving

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from qualify.checks.catalogue import level_checks
+from qualify.core import Evidence
 from qualify.profile import Profile
-from qualify.report.model import Evidence
 from qualify.run.checks import structure
 
 

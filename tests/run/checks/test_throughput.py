@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from qualify.core import Evidence
 from qualify.profile import Profile, ThroughputSpec, load_profile
-from qualify.report.model import Evidence
 from qualify.run.checks.result import Measured
 from qualify.run.checks.throughput import serving_throughput
 from qualify.serving import client as serving
