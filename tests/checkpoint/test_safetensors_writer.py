@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from qualify.checkpoint.safetensors_io import DTYPES
+from qualify.checkpoint.safetensors_header import DTYPES
 from qualify.checkpoint.safetensors_writer import (
     ITEM_BITS,
     TORCH_TO_SAFETENSORS,

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from qualify.checkpoint.safetensors_io import DTYPES
+from qualify.checkpoint.safetensors_header import DTYPES
 from qualify.mxfp8 import codec
 from qualify.mxfp8.constants import (
     BLOCK_MAX_RANGE,
