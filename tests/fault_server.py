@@ -3,7 +3,7 @@
 It serves what :mod:`qualify.serving.client` asks of a vLLM endpoint -- ``/v1/models``,
 ``/v1/completions``, ``/v1/chat/completions`` (with vLLM's ``token_ids``), ``/version``,
 ``/health`` and ``/metrics`` with the speculative-decoding counters
-(:data:`qualify.serving.specdecode.COUNTERS`) -- from a real HTTP server on 127.0.0.1, in a thread.
+(:data:`qualify.serving.counters.COUNTERS`) -- from a real HTTP server on 127.0.0.1, in a thread.
 Healthy, it qualifies: every request drafts ``proposal`` tokens per step and the target
 accepts the first ``accepted`` of them, so the figures clear the fixture profile's gate.
 
@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from qualify.serving import specdecode as sd
+from qualify.serving.counters import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "dflash2-tiny-target"
@@ -144,11 +144,11 @@ class FaultServer:
         if self.fault == "no_counters" and self.generations > self.fault_after:
             return "\n".join(lines) + "\n"
         label = f'engine="0",model_name="{self.model}"'
-        for name, value in ((sd.DRAFTS, self.drafts), (sd.DRAFT_TOKENS, self.draft_tokens),
-                            (sd.ACCEPTED_TOKENS, self.accepted_tokens)):
+        for name, value in ((DRAFTS, self.drafts), (DRAFT_TOKENS, self.draft_tokens),
+                            (ACCEPTED_TOKENS, self.accepted_tokens)):
             lines += [f"# HELP {name} {name}.", f"# TYPE {name} counter", f"{name}{{{label}}} {float(value)}",
                       f"{name.removesuffix('_total')}_created{{{label}}} 1.7e9"]
-        name = sd.ACCEPTED_PER_POS
+        name = ACCEPTED_PER_POS
         lines += [f"# HELP {name} Accepted tokens per draft position.", f"# TYPE {name} counter"]
         lines += [f'{name}{{{label},position="{i}"}} {float(v)}' for i, v in enumerate(self.per_pos)]
         return "\n".join(lines) + "\n"

@@ -46,7 +46,7 @@ from qualify.errors import HarnessError
 from qualify.profile import load_profile
 from qualify.runtime.companions import usable_cores
 from qualify.runtime.vllm_cpu import SETUP_SCRIPT, find_vllm_python
-from qualify.serving.specdecode import PER_REQUEST_FLAG
+from qualify.serving.counters import PER_REQUEST_FLAG
 from qualify.serving.vllm_server import ServerPlan, VLLMServer, plan_for_profile, start_together
 from qualify.util.ports import free_port, session_listens
 
@@ -64,7 +64,7 @@ class Launch:
     """A server a test needs: the serving fixture's target served under ``profile``'s launch limits.
 
     ``draft`` is the speculator's folder (None: the target alone). ``per_request`` starts a
-    speculating server with vLLM's per-request metrics (:data:`~qualify.serving.specdecode.PER_REQUEST_FLAG`),
+    speculating server with vLLM's per-request metrics (:data:`~qualify.serving.counters.PER_REQUEST_FLAG`),
     as a run's local servers are started when they serve the paired level, which reads them; the
     other levels read counter deltas, which the flag leaves as they are. It is on by default, so
     that a module measuring acceptance and one measuring the paired level share one server.

@@ -3,8 +3,8 @@
 Requests go through the ``openai`` client (no retries: a retried request would move the
 counters twice and hide a flaky server); ``/metrics`` and ``/version`` live at the
 server's root, beside ``/v1``, and are fetched with urllib. Every call has a timeout.
-What is measured comes back as plain data; the figures and the gate are in
-:mod:`qualify.serving.specdecode`.
+What is measured comes back as plain data; the counters are read by :mod:`qualify.serving.counters`,
+the figures are :mod:`qualify.serving.acceptance_stats`'s and the gate :mod:`qualify.serving.specdecode`'s.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from urllib.parse import urlsplit, urlunsplit
 from qualify import errors
 from qualify.core import Evidence
 from qualify.errors import ServerUnavailable, ServingError, UsageError
-from qualify.serving import specdecode as sd
+from qualify.serving.acceptance_stats import quantile
+from qualify.serving.counters import CounterSnapshot, counter_delta, parse_counters, unexplained_by_request
+from qualify.serving.specdecode import AcceptanceMeasurement, RequestSample
 from qualify.util.redact import API_KEY_ENV, redact, url_credentials
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -232,14 +234,14 @@ def fetch_version(endpoint: str, timeout_s: float = 30.0) -> dict[str, Any]:
     return data
 
 
-def read_counters(endpoint: str, model_name: str | None, timeout_s: float = 30.0) -> sd.CounterSnapshot:
-    return sd.parse_counters(fetch_metrics(endpoint, timeout_s), model_name)
+def read_counters(endpoint: str, model_name: str | None, timeout_s: float = 30.0) -> CounterSnapshot:
+    return parse_counters(fetch_metrics(endpoint, timeout_s), model_name)
 
 
 def settled_counters(
     endpoint: str, model_name: str | None, *, interval_s: float = SETTLE_INTERVAL_S,
     deadline_s: float = SETTLE_DEADLINE_S, timeout_s: float = 30.0,
-) -> sd.CounterSnapshot:
+) -> CounterSnapshot:
     """The counters once two reads ``interval_s`` apart agree (bounded by ``deadline_s``)."""
     stop = time.monotonic() + deadline_s
     last = read_counters(endpoint, model_name, timeout_s)
@@ -356,7 +358,7 @@ def completion_findings(c: Completion, max_tokens: int) -> list[str]:
 class MeasuredRun:
     """Per-prompt acceptance samples, and each prompt's completion."""
 
-    measurement: sd.AcceptanceMeasurement
+    measurement: AcceptanceMeasurement
     completions: dict[str, Completion] = field(default_factory=dict)
 
 
@@ -369,17 +371,17 @@ def measure_acceptance(
     A prompt whose request or counters fail is a failure line, never a silent omission;
     an endpoint whose counters are missing fails every prompt the same way, so the first
     such error ends the measurement. A delta larger than the answer can explain
-    (:class:`qualify.serving.specdecode.RequestBound`) holds another client's tokens: a failure line too,
+    (:class:`qualify.serving.counters.RequestBound`) holds another client's tokens: a failure line too,
     never a sample, since its figures would be the two clients' mixed.
     """
-    run = MeasuredRun(sd.AcceptanceMeasurement(expected_categories=tuple(categories)))
+    run = MeasuredRun(AcceptanceMeasurement(expected_categories=tuple(categories)))
     for i, p in enumerate(prompts):
         try:
             before = settled_counters(endpoint, model, timeout_s=timeout_s)
             c = complete(client, model, p, max_tokens=max_tokens, temperature=temperature, timeout_s=timeout_s,
                          seed=seed)
             after = settled_counters(endpoint, model, timeout_s=timeout_s)
-            delta = sd.counter_delta(before, after)
+            delta = counter_delta(before, after)
         except errors.CounterError as exc:
             run.measurement.failures.append(f"prompt {p.id}: {exc}")
             if isinstance(exc, errors.CountersMissing):  # every further prompt would fail the same way
@@ -394,12 +396,12 @@ def measure_acceptance(
             continue
         run.completions[p.id] = c
         # settled_counters only sees traffic that goes on after the request; traffic during it shows here.
-        excess = sd.unexplained_by_request(delta, c.completion_tokens, len(after.accepted_per_pos))
+        excess = unexplained_by_request(delta, c.completion_tokens, len(after.accepted_per_pos))
         if excess is not None:
             run.measurement.failures.append(f"prompt {p.id}: {excess}")
             continue
         run.measurement.samples.append(
-            sd.RequestSample(p.id, p.category, delta, c.completion_tokens, c.finish_reason)
+            RequestSample(p.id, p.category, delta, c.completion_tokens, c.finish_reason)
         )
     return run
 
@@ -486,7 +488,7 @@ def check_speculating(client: Any, endpoint: str, model: str, prompt: Prompt, *,
         before = settled_counters(endpoint, model, timeout_s=timeout_s)
         c = complete(client, model, prompt, max_tokens=max_tokens, temperature=temperature, timeout_s=timeout_s)
         after = settled_counters(endpoint, model, timeout_s=timeout_s)
-        delta = sd.counter_delta(before, after)
+        delta = counter_delta(before, after)
     except (errors.CounterError, ServingError) as exc:
         ev.add(str(exc))
         return ev
@@ -557,7 +559,7 @@ def _summary(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
     ordered = sorted(values)
-    return {"mean": statistics.fmean(ordered), "p50": sd.quantile(ordered, 0.5), "p90": sd.quantile(ordered, 0.9),
+    return {"mean": statistics.fmean(ordered), "p50": quantile(ordered, 0.5), "p90": quantile(ordered, 0.9),
             "min": ordered[0], "max": ordered[-1]}
 
 

@@ -29,7 +29,7 @@ from qualify.runtime import vllm_cpu_plugin as plugin
 from qualify.runtime.companions import usable_cores
 from qualify.runtime.log_evidence import read_log
 from qualify.runtime.vllm_cpu import find_vllm_python
-from qualify.serving.specdecode import PER_REQUEST_FLAG
+from qualify.serving.counters import PER_REQUEST_FLAG
 from qualify.serving.vllm_server import VLLMServer, plan_for_profile, wait_all_ready
 from qualify.util.ports import free_port
 

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from qualify.core import Evidence
-from qualify.serving.specdecode import Bootstrap, CounterDelta, Interval, add, figures_dict, quantile
+from qualify.serving.acceptance_stats import Bootstrap, Interval, figures_dict, quantile
+from qualify.serving.counters import CounterDelta, add
 
 #: The relative difference a resample counts as when a figure is undefined in it: all acceptance lost.
 WORST_RELATIVE = -1.0

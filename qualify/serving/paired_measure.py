@@ -8,11 +8,11 @@ They are never taken on trust:
 - one request at a time, the /metrics counters are read (settled) around each request and
   must move by exactly what the response says; without per-request metrics the counters'
   move is the sample, bounded by what the answer can explain
-  (:class:`qualify.serving.specdecode.RequestBound`);
+  (:class:`qualify.serving.counters.RequestBound`);
 - under load, the counters' move over the whole run must equal the sum of the responses'
   figures: anything else is another client's traffic or a miscount, and the run is not used;
 - every sample must satisfy the counting identities
-  (:func:`qualify.serving.specdecode.identity_findings`).
+  (:func:`qualify.serving.counters.identity_findings`).
 
 A prompt that fails any of these is a failure line naming the prompt, never a sample.
 """
@@ -31,13 +31,23 @@ from qualify.core import Evidence
 from qualify.errors import CounterError, CountersMissing, ServerUnavailable, ServingError, UsageError
 from qualify.profile import PairedSpec
 from qualify.serving import client as cl
-from qualify.serving import specdecode as sd
+from qualify.serving.acceptance_stats import Bootstrap
 from qualify.serving.client import Prompt
+from qualify.serving.counters import (
+    PER_REQUEST_FLAG,
+    CounterDelta,
+    add,
+    counter_delta,
+    delta_from_response,
+    identity_findings,
+    mismatch,
+    unexplained_by_request,
+)
 from qualify.serving.paired import ConcurrencyRun, PairedDecision, PairedSample, paired_evidence
 from qualify.serving.prompt_sets import load_prompt_set, set_identity
 
 NO_PER_REQUEST = (f"the response carries no per-request speculative-decoding metrics, which requests in flight "
-                  f"together need (start vLLM with {' '.join(sd.PER_REQUEST_FLAG)})")
+                  f"together need (start vLLM with {' '.join(PER_REQUEST_FLAG)})")
 
 
 @dataclass
@@ -45,7 +55,7 @@ class DraftRun:
     """One draft's requests at one concurrency: a counter delta per prompt measured, a line per prompt that failed."""
 
     concurrency: int
-    deltas: dict[str, sd.CounterDelta] = field(default_factory=dict)
+    deltas: dict[str, CounterDelta] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     source_of_figures: str = "response"  # "response" or "counters"
@@ -67,9 +77,9 @@ class Request:
     full_block: bool
 
 
-def _checked(delta: sd.CounterDelta, req: Request, p: Prompt, completion_tokens: Any) -> str | None:
-    problems = sd.identity_findings(delta, proposal_length=req.proposal_length, full_block=req.full_block)
-    excess = sd.unexplained_by_request(delta, completion_tokens, req.proposal_length)
+def _checked(delta: CounterDelta, req: Request, p: Prompt, completion_tokens: Any) -> str | None:
+    problems = identity_findings(delta, proposal_length=req.proposal_length, full_block=req.full_block)
+    excess = unexplained_by_request(delta, completion_tokens, req.proposal_length)
     if excess:
         problems.append(excess)
     return f"prompt {p.id}: " + "; ".join(problems) if problems else None
@@ -82,12 +92,12 @@ def _one_at_a_time(client: Any, endpoint: str, prompts: Sequence[Prompt], req: R
             c = cl.complete(client, req.model, p, max_tokens=req.max_tokens, temperature=req.temperature,
                             timeout_s=req.timeout_s)
             after = cl.settled_counters(endpoint, req.model, timeout_s=req.timeout_s)
-            delta = sd.counter_delta(before, after)
+            delta = counter_delta(before, after)
             if c.spec_decoding is not None:
-                mismatch = sd.mismatch(delta, sd.delta_from_response(c.spec_decoding, f"prompt {p.id}"))
-                if mismatch:
+                disagreements = mismatch(delta, delta_from_response(c.spec_decoding, f"prompt {p.id}"))
+                if disagreements:
                     run.failures.append(f"prompt {p.id}: the counters and the response disagree: "
-                                        + "; ".join(mismatch))
+                                        + "; ".join(disagreements))
                     continue
             else:
                 run.source_of_figures = "counters"
@@ -112,7 +122,7 @@ def _one_at_a_time(client: Any, endpoint: str, prompts: Sequence[Prompt], req: R
 
 def _in_flight(client: Any, endpoint: str, prompts: Sequence[Prompt], req: Request, run: DraftRun) -> None:
     lock = threading.Lock()
-    answered: dict[str, sd.CounterDelta] = {}
+    answered: dict[str, CounterDelta] = {}
     rejected: set[str] = set()
     errored: list[str] = []
 
@@ -122,7 +132,7 @@ def _in_flight(client: Any, endpoint: str, prompts: Sequence[Prompt], req: Reque
                             timeout_s=req.timeout_s)
             if c.spec_decoding is None:
                 raise CounterError(f"prompt {p.id}: {NO_PER_REQUEST}")
-            delta = sd.delta_from_response(c.spec_decoding, f"prompt {p.id}")
+            delta = delta_from_response(c.spec_decoding, f"prompt {p.id}")
         except (CounterError, ServingError) as exc:
             with lock:
                 errored.append(p.id)
@@ -144,7 +154,7 @@ def _in_flight(client: Any, endpoint: str, prompts: Sequence[Prompt], req: Reque
         list(pool.map(one, prompts))
     try:
         after = cl.settled_counters(endpoint, req.model, timeout_s=req.timeout_s)
-        total = sd.counter_delta(before, after)
+        total = counter_delta(before, after)
     except (CounterError, ServingError) as exc:
         run.failures.append(f"the counters could not be read after the run: {exc}")
         return
@@ -154,12 +164,12 @@ def _in_flight(client: Any, endpoint: str, prompts: Sequence[Prompt], req: Reque
         run.failures.append(f"over the run at concurrency {run.concurrency}: {len(errored)} request(s) failed, so the "
                             "counters could not be checked against the responses")
         return
-    mismatch = sd.mismatch(total, sd.add(answered.values()))
-    if mismatch:
+    disagreements = mismatch(total, add(answered.values()))
+    if disagreements:
         # The run's counters must be the sum of its requests: anything else is another client's
         # traffic (or a miscount), and no per-prompt figure of this run can be trusted.
         run.failures.append(f"over the run at concurrency {run.concurrency}, the counters and the responses' "
-                            "per-request metrics disagree (another client on the server?): " + "; ".join(mismatch))
+                            "per-request metrics disagree (another client on the server?): " + "; ".join(disagreements))
         return
     run.deltas.update({pid: d for pid, d in answered.items() if pid not in rejected})
 
@@ -302,7 +312,7 @@ def paired_level(
     """
     sets = load_sets(spec)
     runs = measure_paired(candidate, source, sets, spec, req)
-    boot = sd.Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed)
+    boot = Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed)
     extra = {"prompt_sets": list(sets.identities),
              "requests": {"max_tokens": req.max_tokens, "temperature": req.temperature,
                           "proposal_length": req.proposal_length, "full_block": req.full_block},

@@ -11,7 +11,8 @@ from qualify.report.markdown import chart_files, paired_lines, speedup_callout
 from qualify.report.model import Check, LevelResult
 from qualify.report.plots import paired_charts
 from qualify.serving import paired as pr
-from qualify.serving.specdecode import Bootstrap, CounterDelta
+from qualify.serving.acceptance_stats import Bootstrap
+from qualify.serving.counters import CounterDelta
 from qualify.serving.throughput import speedup_evidence
 from tests.serving.test_paired import from_steps, hardness, samples, worse
 from tests.serving.test_throughput import throughput

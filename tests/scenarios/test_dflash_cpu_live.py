@@ -35,7 +35,7 @@ from qualify.runtime import vllm_cpu_plugin as plugin
 from qualify.runtime.companions import usable_cores
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
-from qualify.serving import specdecode as sd
+from qualify.serving.counters import CounterDelta, RequestBound
 from tests.helpers import REPO
 from tests.live_servers import Launch, LiveServer, LiveServers
 
@@ -133,7 +133,7 @@ def test_a_scrambled_draft_is_accepted_far_less_than_the_good_one(measured: dict
 
 
 def test_no_request_on_a_server_of_its_own_looks_like_another_clients(measured: dict[str, Any]) -> None:
-    """No false alarm from qualify.serving.specdecode.RequestBound: every prompt of every draft is a sample,
+    """No false alarm from qualify.serving.counters.RequestBound: every prompt of every draft is a sample,
     within its bound.
 
     The drafts bound is exact for a draft nothing of which is accepted (the scrambled one sits on it), and
@@ -145,10 +145,10 @@ def test_no_request_on_a_server_of_its_own_looks_like_another_clients(measured: 
         rows = figures["per_request"]
         assert len(rows) == 20 and k == 7, name
         for r in rows:
-            bound = sd.RequestBound(r["completion_tokens"], k)
-            assert bound.excess(sd.CounterDelta(r["drafts"], r["draft_tokens"], r["accepted_tokens"],
+            bound = RequestBound(r["completion_tokens"], k)
+            assert bound.excess(CounterDelta(r["drafts"], r["draft_tokens"], r["accepted_tokens"],
                                                 tuple(r["accepted_per_pos"]))) is None, (name, r)
-    assert any(sd.RequestBound(r["completion_tokens"], 7).max_drafts == r["drafts"]
+    assert any(RequestBound(r["completion_tokens"], 7).max_drafts == r["drafts"]
                for r in measured["scrambled"]["per_request"]), "the scrambled draft never sat on the drafts bound"
 
 

@@ -36,7 +36,8 @@ from qualify.profile import load_profile
 from qualify.report.model import read_json
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
-from qualify.serving import specdecode as sd
+from qualify.serving.acceptance_stats import Bootstrap
+from qualify.serving.specdecode import AcceptanceThresholds, acceptance_evidence
 from tests.helpers import REPO
 from tests.live_servers import Launch, LiveServer, LiveServers
 
@@ -149,10 +150,10 @@ def test_the_damaged_draft_still_clears_the_absolute_acceptance_thresholds(serve
     run = cl.measure_acceptance(cl.make_client(url), url, profile.served_model_name, prompts.prompts,
                                 categories=prompts.categories, max_tokens=spec.max_tokens,
                                 temperature=spec.temperature, timeout_s=spec.request_timeout_s)
-    thresholds = sd.AcceptanceThresholds(spec.min_acceptance_rate, spec.min_mean_acceptance_length,
+    thresholds = AcceptanceThresholds(spec.min_acceptance_rate, spec.min_mean_acceptance_length,
                                          spec.min_category_acceptance_rate, spec.min_prompts)
-    ev, _ = sd.acceptance_evidence(run.measurement, thresholds,
-                                   sd.Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed))
+    ev, _ = acceptance_evidence(run.measurement, thresholds,
+                                   Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed))
     RESULTS["damaged_absolute"] = {"ok": ev.ok, "summary": ev.summary}
     assert ev.ok, ev.failure_text()
 

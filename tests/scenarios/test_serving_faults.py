@@ -31,7 +31,9 @@ import pytest
 from qualify import errors
 from qualify.report.model import Run, read_json
 from qualify.serving import client as serving
-from qualify.serving import specdecode as sd
+from qualify.serving.acceptance_stats import Bootstrap
+from qualify.serving.counters import parse_counters
+from qualify.serving.specdecode import AcceptanceThresholds, acceptance_evidence
 from tests.fault_server import MODEL, FaultServer, fault_server, serving_profile
 from tests.helpers import FIXTURE, REPO, TRACEBACK
 
@@ -268,7 +270,7 @@ def test_a_hung_metrics_endpoint_times_out() -> None:
             url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
             with pytest.raises(errors.ServerUnavailable, match=r"timed out after 0.3 s"):
                 serving.fetch_metrics(url, timeout_s=0.3)
-        assert sd.parse_counters(serving.fetch_metrics(server.endpoint), MODEL).drafts == 0
+        assert parse_counters(serving.fetch_metrics(server.endpoint), MODEL).drafts == 0
 
 
 def test_a_response_of_another_shape_is_malformed_not_a_crash() -> None:
@@ -361,8 +363,8 @@ def test_traffic_of_another_client_during_a_request_fails_that_prompt() -> None:
         "first, plus up to 7 accepted tokens cut at its end)): another client is using the server during the "
         "measurement; qualify against a server of its own" for p in prompts[2:]
     ]
-    ev, _ = sd.acceptance_evidence(run.measurement, sd.AcceptanceThresholds(0.5, 2.0, min_requests=4),
-                                   sd.Bootstrap(resamples=50))
+    ev, _ = acceptance_evidence(run.measurement, AcceptanceThresholds(0.5, 2.0, min_requests=4),
+                                   Bootstrap(resamples=50))
     assert not ev.ok and "another client is using the server" in ev.failure_text()
 
 

@@ -19,9 +19,11 @@ import pytest
 from qualify import errors
 from qualify.errors import UsageError
 from qualify.serving import client as serving
-from qualify.serving import specdecode as sd
+from qualify.serving.acceptance_stats import Bootstrap
+from qualify.serving.counters import CounterDelta
+from qualify.serving.specdecode import AcceptanceThresholds, acceptance_evidence
 from tests.fault_server import QuietJSONHandler
-from tests.serving.test_specdecode import metrics_text
+from tests.serving.test_counters import metrics_text
 
 MODEL = "dflash2-tiny-target"
 PROMPTS = Path(__file__).resolve().parents[2] / "fixtures" / "prompts" / "acceptance-v1.json"
@@ -31,7 +33,7 @@ class FakeVLLM:
     """Scripted vLLM: each request adds ``step`` to the counters; ``restart_after`` resets them.
 
     The default step (4 drafts, 9 accepted tokens at proposal length 3) is what a request of
-    at least 11 tokens can move the counters by (:class:`qualify.serving.specdecode.RequestBound`), so
+    at least 11 tokens can move the counters by (:class:`qualify.serving.counters.RequestBound`), so
     the acceptance requests here ask for 16.
     """
 
@@ -199,7 +201,7 @@ def test_acceptance_measured_per_request(fake: tuple[FakeVLLM, str]) -> None:
     run = serving.measure_acceptance(serving.make_client(url, timeout_s=10), url, MODEL, ps.prompts[:6],
                                      categories=("chat", "code"), max_tokens=16, temperature=0.0, timeout_s=10)
     assert not run.measurement.failures
-    assert [s.delta for s in run.measurement.samples] == [sd.CounterDelta(4, 12, 9, (4, 3, 2))] * 6
+    assert [s.delta for s in run.measurement.samples] == [CounterDelta(4, 12, 9, (4, 3, 2))] * 6
     assert run.completions["chat-01"].token_ids == tuple(range(10, 26))
 
 
@@ -211,7 +213,7 @@ def test_a_restart_during_measurement_is_a_failure_not_a_zero(fake: tuple[FakeVL
                                      categories=("chat",), max_tokens=16, temperature=0.0, timeout_s=10)
     assert len(run.measurement.samples) == 3  # the request across the restart is not a sample
     assert any("went backwards" in f for f in run.measurement.failures)
-    ev, _ = sd.acceptance_evidence(run.measurement, sd.AcceptanceThresholds(0.1, 1.0), sd.Bootstrap(resamples=50))
+    ev, _ = acceptance_evidence(run.measurement, AcceptanceThresholds(0.1, 1.0), Bootstrap(resamples=50))
     assert not ev.ok
 
 

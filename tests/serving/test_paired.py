@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from qualify.serving import paired as pr
+from qualify.serving.acceptance_stats import Bootstrap, quantile
+from qualify.serving.counters import CounterDelta, add
 from qualify.serving.paired import PairedSample
-from qualify.serving.specdecode import Bootstrap, CounterDelta, add, quantile
 
 K = 7
 BOOT = Bootstrap(resamples=1000, confidence=0.95, seed=0)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from qualify.core import Evidence
 from qualify.report.plots import position_acceptance_svg
-from qualify.serving import specdecode as sd
+from qualify.serving.acceptance_stats import AcceptanceStats
 
 
-def draft_acceptance(acceptance_result: tuple[Evidence, sd.AcceptanceStats | None]) -> Evidence:
+def draft_acceptance(acceptance_result: tuple[Evidence, AcceptanceStats | None]) -> Evidence:
     """The measurement's evidence (taken once per run), with the per-position chart where there are statistics."""
     evidence, stats = acceptance_result
     if stats is not None:

@@ -8,7 +8,7 @@ from qualify import errors
 from qualify.core import Evidence
 from qualify.profile import AcceptanceSpec, LosslessnessSpec
 from qualify.serving import client as serving
-from qualify.serving import specdecode as sd
+from qualify.serving.specdecode import OutputPair, losslessness_evidence
 
 
 def greedy_identical(openai_client: Any, endpoint: str, reference_endpoint: str, served_model: str,
@@ -22,13 +22,13 @@ def greedy_identical(openai_client: Any, endpoint: str, reference_endpoint: str,
     ref_out, ref_fail = serving.greedy_outputs(reference, served_model, prompt_set.prompts,
                                                max_tokens=losslessness_spec.max_tokens, timeout_s=timeout)
     pairs = [
-        sd.OutputPair(p.id, p.category, spec_out[p.id].token_ids if p.id in spec_out else None,
+        OutputPair(p.id, p.category, spec_out[p.id].token_ids if p.id in spec_out else None,
                       ref_out[p.id].token_ids if p.id in ref_out else None)
         for p in prompt_set.prompts
     ]
     extra = {"prompt_set": prompt_set.identity(), "server": server_info,
              "reference": {"endpoint": reference_endpoint, "version": _version(reference_endpoint)}}
-    return sd.losslessness_evidence(pairs, min_identical_fraction=losslessness_spec.min_identical_fraction,
+    return losslessness_evidence(pairs, min_identical_fraction=losslessness_spec.min_identical_fraction,
                                     max_tokens=losslessness_spec.max_tokens,
                                     failures=[f"speculative: {f}" for f in spec_fail] +
                                              [f"reference: {f}" for f in ref_fail],

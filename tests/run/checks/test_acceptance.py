@@ -1,5 +1,5 @@
 """qualify.run.checks.acceptance: the measurement's evidence, with the per-position chart drawn from its
-statistics (the statistics themselves are tested in tests/serving/test_specdecode.py)."""
+statistics (the statistics themselves are tested in tests/serving/test_acceptance_stats.py)."""
 
 from __future__ import annotations
 
