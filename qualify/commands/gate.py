@@ -213,6 +213,7 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     from qualify.errors import AttestationError
     from qualify.release.attestation import (
         MODEL_SIGNATURE,
+        MODEL_SIGNATURE_NAME,
         REPORT,
         file_sha256,
         key_fingerprint,
@@ -224,6 +225,7 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     )
     from qualify.release.checklist import level_checks
     from qualify.release.gate import Expected, attestation_refusals, check_revision_argument
+    from qualify.util.provenance import harness_source
 
     revision = check_revision_argument(args.revision) if args.revision is not None else None
     key = load_verify_key(args.verify_key)
@@ -243,12 +245,13 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
             reasons.append(f"{args.report} is not the report the attestation signed (sha256 {actual[:12]}..., signed "
                            f"{(signed or '(none)')[:12]}...): it was altered after signing or belongs to another run")
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
-                        allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source)
+                        allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
+                        harness_commit=harness_source().commit, committed_harness=args.release_policy)
     reasons += attestation_refusals(att, expected, version=__version__, defined=level_checks())
     signature = att.config.get(MODEL_SIGNATURE)
     if signature is not None:
         # The model-signing bundle beside the attestation is for users downstream; it must be the one signed.
-        bundle = attestation.parent / Path(str(signature.get("uri"))).name
+        bundle = attestation.parent / MODEL_SIGNATURE_NAME
         if not bundle.is_file():
             reasons.append(f"the attestation names a model signature, {bundle}, that is not beside it: the release "
                            "would ship without the signature its users verify")
@@ -265,6 +268,8 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     what = [f"{len(att.subjects)} files in {args.checkpoint} are the ones signed"]
     if revision is not None:
         what.append(f"revision {revision} verified by the run ({att.annotation('draft', 'revisionVerifiedBy')})")
+    if att.harness_commit is not None:
+        what.append(f"harness commit {att.harness_commit}")
     print(escape_terminal(f"qualified: {', '.join(required)} passed in run {att.annotation(REPORT, 'runId')} under "
                           f"{_profile_words(profile)}, attestation signed by {fingerprint}; {'; '.join(what)}"))
     return EXIT_QUALIFIED

@@ -21,10 +21,9 @@ the release gate verifies the signature before it trusts a word of it.
   ``model-signature`` (the OpenSSF model-signing bundle and its root digest).
 - **Envelope**: DSSE, payload type ``application/vnd.in-toto+json``, signed and verified by
   securesystemslib (:class:`~securesystemslib.dsse.Envelope`, ``CryptoSigner``,
-  ``SSlibKey``) with an EC P-256 key (ECDSA over SHA-256). The signature's ``keyid`` is the
-  key's fingerprint: ``sha256:`` + the hex SHA-256 of the public key's DER
-  SubjectPublicKeyInfo (:func:`key_fingerprint`), which ``openssl pkey -pubin -outform DER |
-  sha256sum`` reproduces.
+  ``SSlibKey``) with an EC P-256 key (ECDSA over SHA-256). The signature's ``keyid`` is
+  securesystemslib's default for the key (:func:`key_fingerprint`: the hex sha256 of its
+  canonical JSON), the one identifier the run, the card and the gate print.
 - **File**: ``attestation.intoto.jsonl`` beside report.json, one envelope on one line (the
   in-toto/SLSA convention for a bundle of envelopes; the gate accepts exactly one).
 """
@@ -79,11 +78,14 @@ VERIFIED_BY_HUB_METADATA = "hub metadata at that commit"
 # ---------------------------------------------------------------- keys
 
 def key_fingerprint(public_key: Any) -> str:
-    """``sha256:<hex>`` of the public key's DER SubjectPublicKeyInfo: the key's one printed identity."""
-    from cryptography.hazmat.primitives import serialization
+    """The key's one identifier: securesystemslib's default keyid (the hex sha256 of the key's canonical JSON).
 
-    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return "sha256:" + hashlib.sha256(der).hexdigest()
+    The DSSE signature names its signer by it, and the run, the card and the gate print it, so an
+    envelope verified by any securesystemslib-based tool names the key as qualify does.
+    """
+    from securesystemslib.signer import SSlibKey
+
+    return str(SSlibKey.from_crypto(public_key).keyid)
 
 
 def _require_p256(key: Any, path: Path, what: str) -> None:
@@ -167,8 +169,8 @@ def signing_key_from_env(environ: Mapping[str, str] | None = None) -> Path | Non
 def _sslib_key(public_key: Any) -> Any:
     from securesystemslib.signer import SSlibKey
 
-    # keyid = the fingerprint, so an envelope names its signer the way the card and the gate do.
-    return SSlibKey.from_crypto(public_key, keyid=key_fingerprint(public_key))
+    # securesystemslib's default keyid: the one identifier the card, the gate and any verifier share.
+    return SSlibKey.from_crypto(public_key)
 
 
 # ---------------------------------------------------------------- the statement (pure)
@@ -202,6 +204,15 @@ def _source_descriptor(source: dict[str, Any]) -> dict[str, Any]:
     return _descriptor(SOURCE, uri=_hub_uri(identity.get("claimed_repo") or source.get("repo")) or "urn:qualify:source",
                        annotations={"identity": identity.get("status"), "method": identity.get("method"),
                                     "claimedRevision": identity.get("claimed_revision")})
+
+
+def _harness_descriptor(version: Any, source: Any) -> dict[str, Any]:
+    """The harness by the commit of its code: ``pkg:generic/qualify@<commit>`` (a purl, an absolute URI), its
+    ``gitCommit`` digest, its version, and whether its code was as committed when it ran."""
+    source = source if isinstance(source, dict) else {}
+    commit = source.get("commit") if isinstance(source.get("commit"), str) else None
+    return _descriptor(HARNESS, uri=f"pkg:generic/qualify@{commit or version}", digest=_git_commit(commit),
+                       annotations={"version": version, "treeClean": source.get("clean")})
 
 
 def _hub_uri(repo: str | None) -> str | None:
@@ -301,8 +312,7 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
     image_digest, image_notes = _image_digest(report)
     unhashed = sorted(f["path"] for f in checkpoint.get("files") or [] if not f.get("sha256"))
     config = [
-        _descriptor(HARNESS, uri=f"pkg:pypi/qualify@{harness.get('version')}",
-                    annotations={"version": harness.get("version")}),
+        _harness_descriptor(harness.get("version"), (report.get("environment") or {}).get("harness_source")),
         _descriptor(REPORT, digest={"sha256": report_sha256}, media_type="application/json",
                     annotations={"runId": report.get("run_id"), "verdict": report.get("verdict"),
                                  "interrupted": report.get("interrupted"), "errors": len(report.get("errors") or []),
@@ -320,7 +330,8 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
     config += [_descriptor(PROMPTS_PREFIX + name, digest={"sha256": sha}, media_type="application/json")
                for name, sha in sorted(_prompt_sets(report).items())]
     if model_signature is not None:
-        config.append(_descriptor(MODEL_SIGNATURE, uri=str(model_signature["file"]),
+        # An absolute URI naming the evidence file; it lies beside the attestation as MODEL_SIGNATURE_NAME.
+        config.append(_descriptor(MODEL_SIGNATURE, uri=f"urn:qualify:evidence:{model_signature['file']}",
                                   digest={"sha256": model_signature["sha256"]},
                                   annotations={"format": "OpenSSF model-signing v1.0",
                                                "rootDigest": {"sha256": model_signature["root_digest"]}}))
@@ -567,6 +578,11 @@ class Attested:
     @property
     def harness_version(self) -> str | None:
         return self.annotation(HARNESS, "version")
+
+    @property
+    def harness_commit(self) -> str | None:
+        """The commit of the harness code that ran (None: not run from a git checkout)."""
+        return self.digest(HARNESS, "gitCommit")
 
     @property
     def profile_name(self) -> str | None:

@@ -46,7 +46,7 @@ from pathlib import Path
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files, storage_roots
 from qualify.errors import CheckpointError, UsageError
-from qualify.release.attestation import DRAFT, PROFILE, REPORT, RUNTIME_IMAGE, SOURCE, Attested, logs_given_by
+from qualify.release.attestation import DRAFT, HARNESS, PROFILE, REPORT, RUNTIME_IMAGE, SOURCE, Attested, logs_given_by
 from qualify.release.checklist import level_of_check
 from qualify.report.model import LEVELS, Run, Status, Verdict
 from qualify.util.identifiers import is_commit
@@ -77,6 +77,10 @@ class Expected:
     defined_checks: Mapping[str, Sequence[str]] | None = None
     harness_version: str | None = None
     allow_untrusted_source: bool = False  # accept a run whose source folder was trusted without proof
+    # The commit of this gate's own harness code (None outside a git checkout): a statement made by other
+    # code is read by this code's checks only if the commits agree.
+    harness_commit: str | None = None
+    committed_harness: bool = False  # require the run's harness code to have been as committed (a release)
 
 
 def is_load_relevant(rel: str) -> bool:
@@ -389,6 +393,7 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
     if att.harness_version != version:
         reasons.append(f"the attestation was made by qualify {att.harness_version}; this gate (qualify {version}) "
                        "knows the checks of its own version only")
+    reasons += harness_refusals(att.harness_commit, att.annotation(HARNESS, "treeClean"), expected)
     if att.result != "PASSED":
         reasons.append(f"the attested result is {att.result}: the run's verdict was not qualified")
     if att.annotation(REPORT, "interrupted"):
@@ -442,6 +447,20 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
     if expected.checkpoint_files is not None:
         reasons += subject_refusals(att.subjects, expected.checkpoint_files)
     return reasons
+
+
+def harness_refusals(commit: str | None, clean: object, expected: Expected) -> list[str]:
+    """The harness code that ran against this gate's: the same commit where both are known, and, for a
+    release, code as committed (anyone can read what judged the checkpoint at that commit)."""
+    out = []
+    if commit is not None and expected.harness_commit is not None and commit != expected.harness_commit:
+        out.append(f"the attestation was made by the harness at commit {commit}; this gate runs commit "
+                   f"{expected.harness_commit} and knows the checks of its own code only (gate with the harness at "
+                   f"{commit})")
+    if expected.committed_harness and clean is not True:
+        said = "had uncommitted changes" if clean is False else "was not named by a commit"
+        out.append(f"the harness code that ran {said}: a release is qualified only by committed code")
+    return out
 
 
 def subject_refusals(subjects: Mapping[str, str], actual: Sequence[FileEntry]) -> list[str]:

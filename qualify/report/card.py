@@ -472,7 +472,7 @@ class AttestationCitation:
 
     file: str  # its file name, e.g. attestation.intoto.jsonl
     sha256: str  # hex sha256 of the attestation file
-    key_fingerprint: str  # "sha256:<hex>" of the signing key's DER SubjectPublicKeyInfo
+    key_fingerprint: str  # the signing key's keyid (securesystemslib's default: sha256 of its canonical JSON)
 
 
 def attestation_sentence(citation: AttestationCitation) -> str:

@@ -30,6 +30,7 @@ from qualify.run.context import RunContext
 from qualify.run.pinning import pinned_copy, record_pinned
 from qualify.util.atomic import atomic_write_text
 from qualify.util.identifiers import new_run_id
+from qualify.util.provenance import harness_source
 from qualify.util.redact import redact
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +55,8 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "packages": packages,
+        # The harness's code by its commit (a version names every commit between two releases).
+        "harness_source": harness_source().to_dict(),
     }
 
 

@@ -304,11 +304,16 @@ def test_a_bad_key_is_refused_before_anything_runs(tmp_path):
 
 # ---------------------------------------------------------------- keys (fast)
 
-def test_the_fingerprint_is_the_sha256_of_the_der_public_key(tmp_path):
+def test_the_fingerprint_is_securesystemslibs_default_keyid(tmp_path):
+    """One key identifier convention: the one securesystemslib computes by default (sha256 of the canonical JSON
+    of keytype, scheme and public key), so any securesystemslib verifier names the signer as qualify does."""
+    from securesystemslib.formats import encode_canonical
+
     priv, pub = write_key(tmp_path, "k")
     key = a.load_verify_key(pub)
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    assert a.key_fingerprint(key) == "sha256:" + hashlib.sha256(der).hexdigest()
+    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    canonical = {"keytype": "ecdsa", "scheme": "ecdsa-sha2-nistp256", "keyval": {"public": pem}}
+    assert a.key_fingerprint(key) == hashlib.sha256(encode_canonical(canonical).encode()).hexdigest()
     assert a.load_signing_key(priv).fingerprint == a.key_fingerprint(key)
 
 
@@ -331,7 +336,7 @@ def test_keys_that_cannot_be_used_are_named(tmp_path):
             call()
         assert words in str(info.value)
         assert "s3cret" not in str(info.value)
-    assert a.load_signing_key(locked, "s3cret-passphrase").fingerprint.startswith("sha256:")
+    assert len(a.load_signing_key(locked, "s3cret-passphrase").fingerprint) == 64
 
 
 def test_the_key_file_may_come_from_the_environment():
@@ -823,3 +828,27 @@ def test_the_model_signature_is_verified_against_the_folder_with_the_release_key
     assert code == 1
     assert out.splitlines() == [f"refused: the attestation names a model signature, {bare / a.MODEL_SIGNATURE_NAME}, "
                                 "that is not beside it: the release would ship without the signature its users verify"]
+
+
+def test_the_harness_is_named_by_its_commit_and_every_uri_is_absolute() -> None:
+    from urllib.parse import urlsplit
+
+    from tests.run_builders import make_run
+
+    run = make_run()
+    run.environment["harness_source"] = {"commit": "c" * 40, "clean": False}
+    report = run.to_dict()
+    statement = a.build_statement(report, "0" * 64, {"file": "model.sig", "sha256": "1" * 64,
+                                                     "root_digest": "2" * 64})
+    config = {d["name"]: d for d in statement["predicate"]["configuration"]}
+    harness = config[a.HARNESS]
+    assert harness["uri"] == "pkg:generic/qualify@" + "c" * 40 and harness["digest"] == {"gitCommit": "c" * 40}
+    assert harness["annotations"]["treeClean"] is False
+    for descriptor in statement["predicate"]["configuration"]:
+        if "uri" in descriptor:
+            assert urlsplit(descriptor["uri"]).scheme, descriptor  # absolute: a scheme, never a bare file name
+    assert a.read_statement(statement).harness_commit == "c" * 40
+    # Outside a git checkout the version is all there is, and no commit is claimed.
+    run.environment.pop("harness_source")
+    bare = {d["name"]: d for d in a.build_statement(run.to_dict(), "0" * 64)["predicate"]["configuration"]}
+    assert bare[a.HARNESS]["uri"] == f"pkg:generic/qualify@{run.harness_version}" and "digest" not in bare[a.HARNESS]

@@ -26,6 +26,7 @@ from qualify.core import Status
 from qualify.profile import list_profiles, load_profile
 from qualify.release import attestation as a
 from qualify.report.model import Run, write_json
+from qualify.util.provenance import harness_source
 from tests.helpers import TRACEBACK, write_key
 from tests.run_builders import DRAFT_REVISION, defined_run
 
@@ -64,6 +65,8 @@ def report_of(folder: Path, profile: str = "fixture", levels: tuple[str, ...] = 
     a level the profile does not require is recorded as measured, as the run records it."""
     run = defined_run(levels=levels, profile=profile, files=files_of(folder), status=status)
     run.harness_version = __version__
+    # Made by this very harness code, committed: what a release run on the release runner records.
+    run.environment["harness_source"] = {"commit": harness_source().commit, "clean": True}
     required = load_profile(profile).required_levels
     for lvl in run.levels:
         lvl.required = lvl.name in required
@@ -145,7 +148,7 @@ def test_a_signed_qualified_run_passes_and_the_line_names_the_profile_and_its_sh
     sha = load_profile("fixture").sha256
     assert res.lines == [f"qualified: structure, format, reproduction passed in run r-1 under profile fixture (sha256 "
                          f"{sha}), attestation signed by {fingerprint(keys['release'][1])}; 3 files in {release} are "
-                         "the ones signed"]
+                         f"the ones signed; harness commit {harness_source().commit}"]
     assert res.err == ""
 
 
@@ -162,7 +165,7 @@ def test_a_verified_revision_is_named_in_the_pass(tmp_path, release, keys, gate)
     res = gate(*attested(attestation, keys["release"][1], release, "--revision", DRAFT_REVISION))
     assert res.code == 0, res.out
     assert res.out.rstrip().endswith(f"3 files in {release} are the ones signed; revision {DRAFT_REVISION} verified "
-                                     f"by the run ({a.VERIFIED_BY_CONTENT})")
+                                     f"by the run ({a.VERIFIED_BY_CONTENT}); harness commit {harness_source().commit}")
     res = gate(*attested(attestation, keys["release"][1], release, "--revision", "f" * 40))
     assert res.lines == [f"refused: the attestation is about draft revision {DRAFT_REVISION}, not {'f' * 40}"]
 
@@ -688,3 +691,30 @@ def test_the_unpinned_and_untrusted_source_options_reach_the_policy(tmp_path, re
     res = gate(str(attestation.parent / "report.json"), "--checkpoint", str(release), "--allow-unsigned",
                "--allow-unpinned", "--allow-untrusted-source")
     assert res.code == 0, res.out
+
+
+def test_a_release_is_gated_only_on_committed_harness_code_at_the_gates_own_commit(tmp_path, release, keys, gate):
+    """The harness is named by its commit: a run by other code, or by uncommitted code, does not license a release."""
+    from qualify.release.policy import load_policy
+
+    policy = load_policy()
+    run = report_of(release, profile=policy.profile, levels=policy.required_levels)
+    here = harness_source().commit
+    cases = {
+        "dirty": ({"commit": here, "clean": False}, "the harness code that ran had uncommitted changes: a release is "
+                                                      "qualified only by committed code"),
+        "unnamed": ({"commit": None, "clean": None}, "the harness code that ran was not named by a commit: a release "
+                                                       "is qualified only by committed code"),
+        "other": ({"commit": "1" * 40, "clean": True}, f"the attestation was made by the harness at commit {'1' * 40}; "
+                                                         f"this gate runs commit {here}"),
+    }
+    for name, (source, words) in cases.items():
+        run.environment["harness_source"] = source
+        attestation = sign(run, tmp_path / name, keys["release"][0])
+        res = gate(*attested(attestation, keys["release"][1], release, "--release-policy"))
+        assert res.code == 1, name
+        assert any(line.startswith("refused: " + words) for line in res.lines), (name, res.lines)
+    # Outside a release (no --release-policy), uncommitted code is recorded, not refused; another commit still is.
+    run.environment["harness_source"] = {"commit": here, "clean": False}
+    res = gate(*attested(sign(run, tmp_path / "dev", keys["release"][0]), keys["release"][1], release))
+    assert res.code == 0 and f"harness commit {here}" in res.out
