@@ -19,6 +19,8 @@ VERIFY_KEY ?=
 ATTESTATION ?=
 REVISION ?=
 REQUIRE ?=
+# The mutants `make mutation` runs (see there).
+MUTANTS ?= qualify.release.gate.* qualify.commands.gate.*
 # The shipped fixtures are qualified from their folders; any other profile's draft and source
 # come from the hub at their pinned commits unless CHECKPOINT / SOURCE name local folders.
 ifeq ($(PROFILE),fixture-dflash-cpu)
@@ -35,7 +37,16 @@ SOURCE ?=
 LOCAL_RUNTIMES :=
 endif
 
-.PHONY: qualify gate test test-variants test-fast lint fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
+# What a user (or a workflow) gives on the command line is data, never make or shell code: each input
+# is taken as its literal text ($(value): a $(shell ...) in it is not evaluated), exported, and read by
+# the recipes from the environment inside double quotes ("$$CHECKPOINT": a ';', a backtick or a space is
+# part of the value). QUALIFY_ARGS is a list of arguments, split on spaces, never evaluated or globbed.
+INPUTS := PROFILE REPORTS LEVELS DRAFT_REVISION QUALIFY_ARGS SIGN_KEY VERIFY_KEY ATTESTATION REVISION REQUIRE \
+	CHECKPOINT SOURCE MUTANTS
+$(foreach v,$(INPUTS),$(eval override $(v) := $$(value $(v))))
+export $(INPUTS)
+
+.PHONY: qualify gate test test-variants test-fast lint lock fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
 
 venv: $(STAMP)
 
@@ -50,17 +61,17 @@ $(STAMP): pyproject.toml
 
 # Every level of the profile, in order, from its inputs to the verdict (qualify run).
 qualify: $(STAMP) $(LOCAL_RUNTIMES)
-	$(VENV)/bin/qualify run --profile $(PROFILE) --report-dir $(REPORTS) \
-		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(SOURCE),--source $(SOURCE)) \
-		$(if $(LEVELS),--levels $(LEVELS)) $(if $(DRAFT_REVISION),--draft-revision $(DRAFT_REVISION)) \
-		$(if $(SIGN_KEY),--sign-key $(SIGN_KEY)) $(QUALIFY_ARGS)
+	set -f; "$(VENV)/bin/qualify" run --profile "$$PROFILE" --report-dir "$$REPORTS" \
+		$(if $(CHECKPOINT),--checkpoint "$$CHECKPOINT") $(if $(SOURCE),--source "$$SOURCE") \
+		$(if $(LEVELS),--levels "$$LEVELS") $(if $(DRAFT_REVISION),--draft-revision "$$DRAFT_REVISION") \
+		$(if $(SIGN_KEY),--sign-key "$$SIGN_KEY") $$QUALIFY_ARGS
 
 # The release gate on a signed run: make gate ATTESTATION=reports/<run>/attestation.intoto.jsonl VERIFY_KEY=pub.pem
 # (the run must have been made under PROFILE, a shipped profile, byte for byte; CHECKPOINT defaults to the
 # fixture's for the fixture profiles; REVISION and REQUIRE, levels added to the profile's, are passed when set).
 gate: $(STAMP)
-	$(VENV)/bin/qualify gate --attestation $(ATTESTATION) --verify-key $(VERIFY_KEY) --checkpoint $(CHECKPOINT) \
-		--profile $(PROFILE) $(if $(REVISION),--revision $(REVISION)) $(if $(REQUIRE),--require $(REQUIRE))
+	"$(VENV)/bin/qualify" gate --attestation "$$ATTESTATION" --verify-key "$$VERIFY_KEY" --checkpoint "$$CHECKPOINT" \
+		--profile "$$PROFILE" $(if $(REVISION),--revision "$$REVISION") $(if $(REQUIRE),--require "$$REQUIRE")
 
 # What the fixture profile's runtime and serving levels run on here, each step reused when done:
 # a Docker engine (the stand-in image is built by the run itself), the vLLM CPU venv, the serving fixture.
@@ -85,6 +96,15 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check qualify suites tests fixtures conftest.py runtimes/vllm-cpu
 	$(VENV)/bin/mypy
+	# The workflows, offline: no finding at medium severity or above (template injection, unpinned actions,
+	# persisted credentials, excessive permissions...).
+	$(VENV)/bin/zizmor --offline --min-severity medium .github/workflows
+
+# requirements/release.lock, what the release runner installs with every hash required: every dependency of
+# the package (and its [sign] extra) for CPython 3.11 on x86_64 Linux, pinned to one version and its hashes.
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra sign --generate-hashes --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" -o requirements/release.lock
 
 # Every bad input in fixtures/corpus.py through the real CLI: cases, caught, tracebacks, "qualified" verdicts.
 reliability: $(STAMP)
@@ -94,11 +114,10 @@ reliability: $(STAMP)
 # and qualify/commands/gate.py, about 11 minutes on 2 cores); MUTANTS= (empty) runs every module there, the verdict
 # logic too (30 to 60 minutes). The progress log goes to a temporary file, then killed/survived counts per module
 # and function are printed. One torch thread: mutmut forks a worker per mutant, and torch's thread pool does not
-# survive a fork.
-MUTANTS ?= qualify.release.gate.* qualify.commands.gate.*
+# survive a fork. MUTANTS' default is set above, with the other inputs.
 mutation: $(STAMP)
 	rm -rf mutants
-	log=$$(mktemp); OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children 1 $(foreach m,$(MUTANTS),'$(m)') \
+	set -f; log=$$(mktemp); OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children 1 $$MUTANTS \
 		> $$log 2>&1 || { tail -c 2000 $$log; exit 1; }
 	$(VENV)/bin/mutmut results --all true 2>/dev/null | $(PY) scripts/mutation_summary.py --functions
 
