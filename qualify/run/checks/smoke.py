@@ -67,5 +67,9 @@ def log_evidence(openai_client: Any, served_model: str, profile: Profile, server
         ev = Evidence("a speculative request was answered, and the log shows the smoke evidence")
         ev.add(str(exc))
         return ev
-    return wait_for_log_evidence(server_log.read_new, profile, "smoke", log_name=server_log.name,
-                                 timeout_s=LOG_EVIDENCE_WAIT_S)
+    evidence = wait_for_log_evidence(server_log.read_new, profile, "smoke", log_name=server_log.name,
+                                     timeout_s=LOG_EVIDENCE_WAIT_S)
+    if server_log.given_by is not None:
+        # A log file handed in is what the caller says the server wrote: the report and the gate say whose word.
+        evidence.measured["logs_given_by"] = [server_log.given_by]
+    return evidence

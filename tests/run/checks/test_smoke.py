@@ -86,3 +86,19 @@ def test_a_request_that_fails_is_the_finding(profile: Profile, monkeypatch: pyte
     assert isinstance(evidence, Evidence) and not evidence.ok
     assert evidence.failure_text().splitlines()[1:] == ["  - the server answered 503"]
 
+
+
+def test_evidence_read_from_a_log_the_caller_gave_says_whose_word_it_is(profile: Profile,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--server-log is the caller's word: the evidence records it, so the gate never counts the level."""
+    from qualify.release.attestation import logs_given_by
+
+    monkeypatch.setattr(smoke, "LOG_EVIDENCE_WAIT_S", 0.2)
+    written: list[str] = []
+    monkeypatch.setattr(serving, "complete", lambda *a, **kw: written.append(EVIDENCE_LINE))
+    given = ServerLog("server.log", lambda: "".join(written), given_by="--server-log")
+    evidence = smoke.log_evidence(None, "m", profile, given)
+    assert isinstance(evidence, Evidence) and evidence.ok and evidence.measured["logs_given_by"] == ["--server-log"]
+    assert logs_given_by(evidence.to_dict()["measured"]) == ["--server-log"]
+    started = smoke.log_evidence(None, "m", profile, _log(written))  # a log of a server this run started
+    assert isinstance(started, Evidence) and "logs_given_by" not in started.measured
