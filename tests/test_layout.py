@@ -22,11 +22,11 @@ def python_files(*roots: Path) -> list[Path]:
     return sorted(p for root in roots for p in root.rglob("*.py"))
 
 
-def test_no_raw_profile_dict_is_read_outside_profile_py() -> None:
-    """Everything reads the typed specs; the parsed TOML stays inside qualify/profile.py."""
+def test_no_raw_profile_dict_is_read_outside_the_profile_package() -> None:
+    """Everything reads the typed specs; the parsed TOML stays inside qualify/profile/."""
     offenders = []
     for path in python_files(PACKAGE, REPO / "suites"):
-        if path == PACKAGE / "profile.py":
+        if path.is_relative_to(PACKAGE / "profile"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             owner = node.value if isinstance(node, ast.Attribute) else None
@@ -46,6 +46,19 @@ def test_the_modules_that_decide_or_render_a_verdict_do_not_load_torch(module: s
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "False", f"{module} imports torch"
+
+
+#: The most lines a module of the package may have: past it, a module holds more than one concept.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module that grows past MAX_MODULE_LINES is split along a seam (one concept per module), not cut at a line."""
+    lengths = {path.relative_to(REPO).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+               for path in python_files(PACKAGE)}
+    assert len(lengths) > 50  # the walk found the package, not an empty folder
+    over = {name: n for name, n in sorted(lengths.items()) if n > MAX_MODULE_LINES}
+    assert over == {}, f"modules over {MAX_MODULE_LINES} lines: " + ", ".join(f"{k} ({v})" for k, v in over.items())
 
 
 def imported_parts(path: Path) -> set[str]:
