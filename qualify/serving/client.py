@@ -14,6 +14,7 @@ import http.client
 import json
 import math
 import os
+import stat
 import statistics
 import threading
 import time
@@ -32,6 +33,7 @@ from qualify.errors import ServerUnavailable, ServingError, UsageError
 from qualify.serving.acceptance_stats import quantile
 from qualify.serving.counters import CounterSnapshot, counter_delta, parse_counters, unexplained_by_request
 from qualify.serving.specdecode import AcceptanceMeasurement, RequestSample
+from qualify.util.jsonio import parse_json_bytes
 from qualify.util.redact import API_KEY_ENV, redact, url_credentials
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -91,14 +93,17 @@ class PromptSet:
 def load_prompts(path: Path) -> PromptSet:
     """A prompt set file (JSON: name, licence, categories, prompts); strict, every problem named."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
-    except FileNotFoundError:
-        raise UsageError(f"prompt set {path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"prompt set {path}: not readable JSON: {exc}") from None
     where = f"prompt set {path}"
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read forever
+            raise UsageError(f"{where}: not a regular file")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    # The one strict reader, on the very bytes hashed below: a duplicate key or a NaN is refused, not guessed.
+    data = parse_json_bytes(raw, display=where, error=UsageError)
     if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
         raise UsageError(f"{where}: expected an object with a non-empty 'prompts' list")
     for key in ("name", "licence"):

@@ -197,6 +197,26 @@ def load_json_file(
         raise fail("file is missing") from None
     except OSError as exc:
         raise fail(f"cannot read: {exc.strerror or exc}") from None
+    return parse_json_bytes(raw, display=shown, error=error, require_object=require_object)
+
+
+def parse_json_bytes(
+    raw: bytes, *, display: str, error: type[CheckpointError] | type[UsageError] = CheckpointError,
+    require_object: bool = False,
+) -> Any:
+    """Strictly parse a file's bytes already read (so a caller can hash exactly the bytes it parsed).
+
+    Raises:
+        error: naming ``display`` and what is wrong (not UTF-8, not valid JSON with its line and
+            column, a duplicate key with its JSON path, a top level that is not an object).
+    """
+    shown = display
+
+    def fail(message: str) -> QualifyError:
+        if issubclass(error, CheckpointError):
+            return error(message, file=shown)
+        return error(f"{shown}: {message}")
+
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -145,6 +145,19 @@ def test_bad_prompt_sets_are_refused(tmp_path: Path, change: Any, words: str) ->
         serving.load_prompts(path)
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    ('{"name": "a", "name": "b", "licence": "x", "categories": ["c"], "prompts": []}', "duplicate key 'name'"),
+    ('{"name": "a", "licence": NaN}', "'NaN' is not a JSON value"),
+])
+def test_a_prompt_set_is_read_by_the_strict_json_reader(tmp_path: Path, text: str, words: str) -> None:
+    """Like every other file: a duplicate key is refused, never resolved by the last one winning."""
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=words) as info:
+        serving.load_prompts(path)
+    assert str(info.value).startswith(f"prompt set {path}: ")
+
+
 def test_server_root() -> None:
     assert serving.server_root("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000"
     assert serving.server_root("http://h:1/v1/") == "http://h:1"
