@@ -58,12 +58,11 @@ def _citation(args: argparse.Namespace) -> AttestationCitation:
         ATTESTATION_NAME,
         REPORT,
         file_sha256,
-        key_fingerprint,
-        load_verify_key,
         read_envelope,
         read_statement,
         verify_envelope,
     )
+    from qualify.release.signing import key_fingerprint, load_verify_key
     from qualify.report.card import AttestationCitation
 
     path = args.attestation or args.report.parent / ATTESTATION_NAME

@@ -216,15 +216,13 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
         MODEL_SIGNATURE_NAME,
         REPORT,
         file_sha256,
-        key_fingerprint,
-        load_verify_key,
         read_envelope,
         read_statement,
         verify_envelope,
-        verify_model_signature,
     )
     from qualify.release.checklist import level_checks
     from qualify.release.gate import Expected, attestation_refusals, check_revision_argument
+    from qualify.release.signing import key_fingerprint, load_verify_key, verify_model_signature
     from qualify.util.provenance import harness_source
 
     revision = check_revision_argument(args.revision) if args.revision is not None else None

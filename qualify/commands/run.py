@@ -22,7 +22,7 @@ from qualify.commands import (
     parser_for,
 )
 from qualify.errors import ExitCode, UsageError
-from qualify.release.attestation import SIGN_KEY_ENV, SIGN_KEY_PASSWORD_ENV
+from qualify.release.signing import SIGN_KEY_ENV, SIGN_KEY_PASSWORD_ENV
 
 #: CI can ask for JUnit through `make qualify`, whose command line it does not own.
 JUNIT_ENV = "QUALIFY_JUNIT_XML"
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     # The key is read before any level runs: a run that cannot be signed as asked is refused at once.
     sign_key = None
     if args.sign_key is not None:
-        from qualify.release.attestation import load_signing_key
+        from qualify.release.signing import load_signing_key
 
         sign_key = load_signing_key(args.sign_key, os.environ.get(SIGN_KEY_PASSWORD_ENV) or None)
     if args.sign_model:

@@ -22,7 +22,8 @@ from qualify.checkpoint.pinned import PinnedFolder
 from qualify.core import LEVELS
 from qualify.errors import HarnessError, UsageError
 from qualify.profile import Profile
-from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB_METADATA, SigningKey
+from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB_METADATA
+from qualify.release.signing import SigningKey
 from qualify.report.model import Run
 from qualify.run.context import GivenServers, LaunchOptions, RunContext
 from qualify.run.pinning import PINNED_KEY, pinned_copy, record_pinned

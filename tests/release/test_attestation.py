@@ -20,13 +20,14 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from qualify import __version__
 from qualify.cli import main
-from qualify.errors import AttestationError, HarnessError, SigningKeyError
+from qualify.errors import AttestationError, HarnessError
 from qualify.profile import load_profile
 from qualify.release import attestation as a
+from qualify.release import signing as sig
 from qualify.release.checklist import level_checks
 from qualify.release.gate import Expected, ShippedProfile, attestation_refusals
 from qualify.util.escape import escape_terminal
@@ -53,7 +54,7 @@ def signed_run(tmp_path_factory, keys) -> Path:
                        "--sign-model")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = reports.glob("*/")
-    assert "signed: " in proc.stdout and a.key_fingerprint(a.load_verify_key(keys["release"][1])) in proc.stdout
+    assert "signed: " in proc.stdout and sig.key_fingerprint(sig.load_verify_key(keys["release"][1])) in proc.stdout
     return run_dir
 
 
@@ -93,7 +94,7 @@ def test_the_signed_fixture_run_passes_the_gate(signed_run, keys, release, gate)
     code, out, _ = gate(*gate_args(signed_run, keys["release"][1], release))
     assert code == 0, out
     assert out.startswith("qualified: structure, format, reproduction passed in run ")
-    assert a.key_fingerprint(a.load_verify_key(keys["release"][1])) in out
+    assert sig.key_fingerprint(sig.load_verify_key(keys["release"][1])) in out
     assert "4 files in" in out and "are the ones signed" in out
 
 
@@ -194,7 +195,7 @@ def forged_envelope(run_dir: Path, tmp_path: Path, edit, sign_with: Path | None 
     statement = json.loads(base64.b64decode(envelope["payload"]))
     edit(statement)
     if sign_with is not None:
-        envelope = a.sign_statement(statement, a.load_signing_key(sign_with))
+        envelope = sig.sign_statement(statement, sig.load_signing_key(sign_with))
     else:
         envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     out = tmp_path / "forged" / a.ATTESTATION_NAME
@@ -217,8 +218,8 @@ def test_an_altered_statement_does_not_verify(signed_run, keys, release, tmp_pat
     assert code == 1
     (line,) = out.splitlines()
     assert line == ("refused: the attestation cannot be trusted: the signature does not verify with the verify key "
-                    f"({a.key_fingerprint(a.load_verify_key(keys['release'][1]))}): the attestation was altered after "
-                    "it was signed, or forged")
+                    f"({sig.key_fingerprint(sig.load_verify_key(keys['release'][1]))}): the attestation was altered "
+                    "after it was signed, or forged")
 
 
 @pytest.mark.slow
@@ -302,50 +303,7 @@ def test_a_bad_key_is_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "reports").exists()
 
 
-# ---------------------------------------------------------------- keys (fast)
-
-def test_the_fingerprint_is_securesystemslibs_default_keyid(tmp_path):
-    """One key identifier convention: the one securesystemslib computes by default (sha256 of the canonical JSON
-    of keytype, scheme and public key), so any securesystemslib verifier names the signer as qualify does."""
-    from securesystemslib.formats import encode_canonical
-
-    priv, pub = write_key(tmp_path, "k")
-    key = a.load_verify_key(pub)
-    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    canonical = {"keytype": "ecdsa", "scheme": "ecdsa-sha2-nistp256", "keyval": {"public": pem}}
-    assert a.key_fingerprint(key) == hashlib.sha256(encode_canonical(canonical).encode()).hexdigest()
-    assert a.load_signing_key(priv).fingerprint == a.key_fingerprint(key)
-
-
-def test_keys_that_cannot_be_used_are_named(tmp_path):
-    p384, p384_pub = write_key(tmp_path, "p384", ec.SECP384R1())
-    locked, _ = write_key(tmp_path, "locked", password=b"s3cret-passphrase")
-    garbage = tmp_path / "garbage.pem"
-    garbage.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
-    cases = [
-        (lambda: a.load_signing_key(tmp_path / "missing.pem"), "cannot read the signing key"),
-        (lambda: a.load_signing_key(p384), "curve secp384r1; EC P-256 (secp256r1) is required"),
-        (lambda: a.load_verify_key(p384_pub), "curve secp384r1"),
-        (lambda: a.load_signing_key(locked), f"encrypted; give its passphrase in ${a.SIGN_KEY_PASSWORD_ENV}"),
-        (lambda: a.load_signing_key(locked, "wrong"), "or the passphrase is wrong"),
-        (lambda: a.load_signing_key(garbage), "not a PEM private key"),
-        (lambda: a.load_verify_key(locked), "a private key; the gate takes the public key only"),
-    ]
-    for call, words in cases:
-        with pytest.raises(SigningKeyError) as info:
-            call()
-        assert words in str(info.value)
-        assert "s3cret" not in str(info.value)
-    assert len(a.load_signing_key(locked, "s3cret-passphrase").fingerprint) == 64
-
-
-def test_the_key_file_may_come_from_the_environment():
-    assert a.signing_key_from_env({a.SIGN_KEY_ENV: " /secrets/release.pem "}) == Path("/secrets/release.pem")
-    assert a.signing_key_from_env({a.SIGN_KEY_ENV: ""}) is None
-    assert a.signing_key_from_env({}) is None
-
-
-# ---------------------------------------------------------------- the envelope (fast)
+# ---------------------------------------------------------------- signing and verifying a statement (fast)
 
 def minimal_report(**changes) -> dict:
     checks = level_checks()
@@ -369,27 +327,27 @@ def minimal_report(**changes) -> dict:
 def test_sign_and_verify_round_trip_and_tampering(tmp_path):
     priv, pub = write_key(tmp_path, "k")
     _, other_pub = write_key(tmp_path, "other")
-    key = a.load_signing_key(priv)
+    key = sig.load_signing_key(priv)
     statement = a.build_statement(minimal_report(), "r" * 64)
-    envelope = a.sign_statement(statement, key)
-    assert envelope["payloadType"] == a.PAYLOAD_TYPE
+    envelope = sig.sign_statement(statement, key)
+    assert envelope["payloadType"] == sig.PAYLOAD_TYPE
     assert envelope["signatures"][0]["keyid"] == key.fingerprint
-    assert a.verify_envelope(envelope, a.load_verify_key(pub)) == statement
+    assert a.verify_envelope(envelope, sig.load_verify_key(pub)) == statement
 
     with pytest.raises(AttestationError, match="signed by another key"):
-        a.verify_envelope(envelope, a.load_verify_key(other_pub))
+        a.verify_envelope(envelope, sig.load_verify_key(other_pub))
     tampered = copy.deepcopy(envelope)
     payload = bytearray(base64.b64decode(tampered["payload"]))
     payload[payload.index(b"PASSED")] = ord("X")
     tampered["payload"] = base64.b64encode(bytes(payload)).decode()
     with pytest.raises(AttestationError, match="altered after it was signed, or forged"):
-        a.verify_envelope(tampered, a.load_verify_key(pub))
+        a.verify_envelope(tampered, sig.load_verify_key(pub))
     wrong_type = dict(envelope, payloadType="application/json")
     with pytest.raises(AttestationError, match="payload type"):
-        a.verify_envelope(wrong_type, a.load_verify_key(pub))
+        a.verify_envelope(wrong_type, sig.load_verify_key(pub))
     unsigned = dict(envelope, signatures=[])
     with pytest.raises(AttestationError, match="no signature"):
-        a.verify_envelope(unsigned, a.load_verify_key(pub))
+        a.verify_envelope(unsigned, sig.load_verify_key(pub))
 
 
 def test_an_attestation_file_holds_exactly_one_envelope(tmp_path):
@@ -406,7 +364,7 @@ def test_an_attestation_file_holds_exactly_one_envelope(tmp_path):
 def test_write_attestation_needs_the_report(tmp_path):
     priv, _ = write_key(tmp_path, "k")
     with pytest.raises(HarnessError, match="cannot read the report to sign it"):
-        a.write_attestation(tmp_path, a.load_signing_key(priv))
+        a.write_attestation(tmp_path, sig.load_signing_key(priv))
 
 
 # ---------------------------------------------------------------- the policy on a verified statement (pure)
@@ -599,7 +557,7 @@ def test_the_card_cites_the_verified_attestation(signed_run, keys, tmp_path, cap
     assert main(["card", str(report), "--verify-key", str(keys["release"][1])]) == 0
     out = capsys.readouterr().out
     sha = hashlib.sha256((signed_run / a.ATTESTATION_NAME).read_bytes()).hexdigest()
-    fingerprint = a.key_fingerprint(a.load_verify_key(keys["release"][1]))
+    fingerprint = sig.key_fingerprint(sig.load_verify_key(keys["release"][1]))
     assert f"Signed attestation: `{a.ATTESTATION_NAME}` (sha256 `{sha}`)" in out
     assert f"signed with the EC P-256 key `{fingerprint}`" in out
     # Without a key it cites nothing; with the wrong key, or for an altered report, it refuses to cite.
@@ -709,9 +667,9 @@ def test_a_run_that_cannot_be_signed_as_asked_says_why(tmp_path):
     priv, _ = write_key(tmp_path, "k")
     (tmp_path / "report.json").write_text(json.dumps(minimal_report()))
     with pytest.raises(HarnessError, match="no local checkpoint folder to sign"):
-        a.write_attestation(tmp_path, a.load_signing_key(priv), checkpoint=None, sign_checkpoint=True)
+        a.write_attestation(tmp_path, sig.load_signing_key(priv), checkpoint=None, sign_checkpoint=True)
     assert not (tmp_path / a.ATTESTATION_NAME).exists()  # nothing half-written
-    out = a.write_attestation(tmp_path, a.load_signing_key(priv))
+    out = a.write_attestation(tmp_path, sig.load_signing_key(priv))
     assert out == tmp_path / a.ATTESTATION_NAME and len(out.read_text().splitlines()) == 1
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -722,10 +680,10 @@ def test_the_signing_key_may_be_named_by_the_environment(keys, tmp_path):
 
     proc = subprocess.run([sys.executable, "-m", "qualify.cli", "check", str(FIXTURE / "mxfp8"), "--levels", "format",
                            "--report-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, a.SIGN_KEY_ENV: str(keys["release"][0])})
+                          env={**os.environ, sig.SIGN_KEY_ENV: str(keys["release"][0])})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (attestation,) = tmp_path.glob(f"*/{a.ATTESTATION_NAME}")
-    statement = a.verify_envelope(a.read_envelope(attestation), a.load_verify_key(keys["release"][1]))
+    statement = a.verify_envelope(a.read_envelope(attestation), sig.load_verify_key(keys["release"][1]))
     assert statement["predicate"]["passedTests"] == list(level_checks()["format"])
 
 
@@ -804,20 +762,20 @@ def test_an_unproven_source_is_refused_and_a_trusted_one_unless_allowed():
 def test_the_model_signature_is_verified_against_the_folder_with_the_release_key(signed_run, keys, release, gate,
                                                                                   tmp_path):
     bundle = signed_run / a.MODEL_SIGNATURE_NAME
-    a.verify_model_signature(release, bundle, keys["release"][1])
+    sig.verify_model_signature(release, bundle, keys["release"][1])
     # The model card is written after qualification: README.md is not signed, and editing it is no mismatch.
     (release / "README.md").write_text("## Validation status\n\nStatus: qualified ...\n")
-    a.verify_model_signature(release, bundle, keys["release"][1])
+    sig.verify_model_signature(release, bundle, keys["release"][1])
     with pytest.raises(AttestationError, match=r"does not verify against .* with this key"):
-        a.verify_model_signature(release, bundle, keys["attacker"][1])
+        sig.verify_model_signature(release, bundle, keys["attacker"][1])
     cfg = release / "config.json"
     cfg.write_bytes(cfg.read_bytes() + b" ")
     with pytest.raises(AttestationError) as exc:
-        a.verify_model_signature(release, bundle, keys["release"][1])
+        sig.verify_model_signature(release, bundle, keys["release"][1])
     assert str(exc.value).endswith("with this key (changed after signing: config.json)")
     (release / "hf_quant_config.json").unlink()
     with pytest.raises(AttestationError, match=r"does not verify .*hf_quant_config\.json"):
-        a.verify_model_signature(release, bundle, keys["release"][1])
+        sig.verify_model_signature(release, bundle, keys["release"][1])
     # The attestation names a model signature: shipping without it is refused.
     bare = tmp_path / "no-sig"
     shutil.copytree(signed_run, bare)

@@ -25,6 +25,7 @@ from qualify.cli import main
 from qualify.core import Status
 from qualify.profile import list_profiles, load_profile
 from qualify.release import attestation as a
+from qualify.release import signing as sig
 from qualify.report.model import Run, write_json
 from qualify.util.provenance import harness_source
 from tests.helpers import TRACEBACK, write_key
@@ -78,16 +79,16 @@ def sign(run: Run, folder: Path, key: Path, model_signature: dict[str, Any] | No
     folder.mkdir(parents=True, exist_ok=True)
     write_json(run, folder / "report.json")
     if model_signature is None:
-        return a.write_attestation(folder, a.load_signing_key(key))
+        return a.write_attestation(folder, sig.load_signing_key(key))
     raw = (folder / "report.json").read_bytes()
     statement = a.build_statement(json.loads(raw), hashlib.sha256(raw).hexdigest(), model_signature)
     out = folder / a.ATTESTATION_NAME
-    out.write_text(json.dumps(a.sign_statement(statement, a.load_signing_key(key))) + "\n")
+    out.write_text(json.dumps(sig.sign_statement(statement, sig.load_signing_key(key))) + "\n")
     return out
 
 
 def fingerprint(pub: Path) -> str:
-    return a.key_fingerprint(a.load_verify_key(pub))
+    return sig.key_fingerprint(sig.load_verify_key(pub))
 
 
 @dataclass
@@ -443,7 +444,7 @@ def test_a_statement_that_signed_no_report_vouches_for_none(tmp_path, release, k
     write_json(report_of(release), folder / "report.json")
     statement = a.build_statement(json.loads((folder / "report.json").read_text()), "")  # no report digest
     attestation = folder / a.ATTESTATION_NAME
-    attestation.write_text(json.dumps(a.sign_statement(statement, a.load_signing_key(keys["release"][0]))) + "\n")
+    attestation.write_text(json.dumps(sig.sign_statement(statement, sig.load_signing_key(keys["release"][0]))) + "\n")
     report = folder / "report.json"
     res = gate(str(report), "--verify-key", str(keys["release"][1]), "--checkpoint", str(release))
     assert res.code == 1
@@ -522,7 +523,7 @@ def test_the_model_signature_must_be_there_the_one_named_and_verify(tmp_path, re
     run_dir.mkdir()
     bundle = run_dir / a.MODEL_SIGNATURE_NAME
     # Signed by the attacker's key: the bundle is the one the statement names, and it does not verify.
-    named = a.sign_model(release, a.load_signing_key(keys["attacker"][0]), bundle)
+    named = sig.sign_model(release, sig.load_signing_key(keys["attacker"][0]), bundle)
     attestation = sign(report_of(release), run_dir, keys["release"][0], named)
     res = gate(*attested(attestation, keys["release"][1], release))
     assert res.code == 1
@@ -547,7 +548,7 @@ def test_the_model_signature_must_be_there_the_one_named_and_verify(tmp_path, re
 def test_a_model_signature_by_the_release_key_passes(tmp_path, release, keys, gate):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    named = a.sign_model(release, a.load_signing_key(keys["release"][0]), run_dir / a.MODEL_SIGNATURE_NAME)
+    named = sig.sign_model(release, sig.load_signing_key(keys["release"][0]), run_dir / a.MODEL_SIGNATURE_NAME)
     attestation = sign(report_of(release), run_dir, keys["release"][0], named)
     res = gate(*attested(attestation, keys["release"][1], release))
     assert res.code == 0, res.out

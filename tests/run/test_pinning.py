@@ -41,7 +41,7 @@ def checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _run(tmp_path: Path, checkpoint: Path, **kw: object) -> tuple[Run, Path]:
     priv, _ = write_key(tmp_path, "release")
-    from qualify.release.attestation import load_signing_key
+    from qualify.release.signing import load_signing_key
 
     opts = RunOptions(profile=load_profile("fixture"), levels=LEVELS, report_dir=tmp_path / "reports",
                       checkpoint=checkpoint, source=FIXTURE / "source", sign_key=load_signing_key(priv), **kw)  # type: ignore[arg-type]
