@@ -9,7 +9,7 @@ import pytest
 from qualify.profile import Profile, load_profile
 from qualify.runtime import labels
 from tests.docker_support import docker_ps
-from tests.test_profile import SEED_PROFILE
+from tests.profile.support import SEED_PROFILE
 
 
 @pytest.fixture(scope="module")

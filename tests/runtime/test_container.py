@@ -44,8 +44,8 @@ from tests.docker_support import (  # noqa: F401  (fixtures)
     standin_fixture,
 )
 from tests.helpers import REPO
+from tests.profile.support import SEED, SEED_ENV, SEED_PROFILE
 from tests.runtime.test_plan import CHECKPOINT, TOKEN, seed_block
-from tests.test_profile import SEED, SEED_ENV, SEED_PROFILE
 
 TARGET_PIN = "fedcba9876543210fedcba9876543210fedcba98"
 

@@ -9,7 +9,7 @@ from qualify.profile import Profile, load_profile
 from qualify.runtime import image as images
 from qualify.runtime import plan as plans
 from tests.docker_support import CANDIDATE
-from tests.test_profile import SEED_IMAGE
+from tests.profile.support import SEED_IMAGE
 
 
 def test_pinning_is_refused_or_declared_not_reproducible(seed: Profile) -> None:

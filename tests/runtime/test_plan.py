@@ -14,7 +14,7 @@ from qualify.runtime import labels
 from qualify.runtime import plan as plans
 from tests.docker_support import CANDIDATE
 from tests.helpers import FIXTURE
-from tests.test_profile import SEED, SEED_ENV, SEED_IMAGE, parse_seed_docker_run
+from tests.profile.support import SEED, SEED_ENV, SEED_IMAGE, parse_seed_docker_run
 
 CHECKPOINT = FIXTURE / "mxfp8"
 TOKEN = "hf_QualifyTestTokenDoNotLeak0123456789ab"
