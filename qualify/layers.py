@@ -4,7 +4,7 @@ A part is a subpackage (``qualify/checks/``) or a top-level module (``qualify/er
 Arrows point down this table: a part imports only the parts listed for it, so the data flow
 reads top-down (command line, run, release, serving and runtime, checks, checkpoint and profile,
 report, numerics, utilities, errors, core) and a change low in the table cannot reach up.
-``tests/test_layout.py`` enforces it on the code; the README and docs/architecture.md quote it.
+``tests/test_layout.py`` enforces it on the code; docs/architecture.md quotes it.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def _model(raw: dict[str, Any], path: Path) -> Manifest:
 
 # --------------------------------------------------------------------------- writing
 # Writing a manifest decides no verdict (what is written is checked by qualify.checks.structure when
-# it is read back), so mutation testing leaves this section out; see the README's reliability section.
+# it is read back), so mutation testing leaves this section out; see docs/development.md, Mutation testing.
 # pragma: no mutate block
 
 

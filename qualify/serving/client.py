@@ -9,12 +9,10 @@ the figures are :mod:`qualify.serving.acceptance_stats`'s and the gate :mod:`qua
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import math
 import os
-import stat
 import statistics
 import threading
 import time
@@ -23,7 +21,6 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,8 +29,8 @@ from qualify.core import Evidence
 from qualify.errors import ServerUnavailable, ServingError, UsageError
 from qualify.serving.acceptance_stats import quantile
 from qualify.serving.counters import CounterSnapshot, counter_delta, parse_counters, unexplained_by_request
+from qualify.serving.prompt_sets import Prompt
 from qualify.serving.specdecode import AcceptanceMeasurement, RequestSample
-from qualify.util.jsonio import parse_json_bytes
 from qualify.util.redact import API_KEY_ENV, redact, url_credentials
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -61,82 +58,6 @@ def describe_request_error(exc: BaseException, timeout_s: float | None) -> Servi
     if isinstance(exc, ValueError):  # json.JSONDecodeError: the body is not JSON
         return ServingError(f"malformed response: not JSON ({exc})")
     return ServingError(f"{type(exc).__name__}: {exc}")
-
-
-# -- prompts -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prompt:
-    id: str
-    category: str
-    kind: str  # "chat" or "completion"
-    prompt: str | None = None
-    messages: tuple[dict[str, str], ...] | None = None
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    name: str
-    path: Path
-    sha256: str
-    licence: str
-    categories: tuple[str, ...]
-    prompts: tuple[Prompt, ...]
-
-    def identity(self) -> dict[str, Any]:
-        counts = {c: sum(p.category == c for p in self.prompts) for c in self.categories}
-        return {"name": self.name, "file": self.path.name, "sha256": self.sha256, "licence": self.licence,
-                "prompts": len(self.prompts), "per_category": counts}
-
-
-def load_prompts(path: Path) -> PromptSet:
-    """A prompt set file (JSON: name, licence, categories, prompts); strict, every problem named."""
-    path = Path(path)
-    where = f"prompt set {path}"
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read forever
-            raise UsageError(f"{where}: not a regular file")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{where}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    # The one strict reader, on the very bytes hashed below: a duplicate key or a NaN is refused, not guessed.
-    data = parse_json_bytes(raw, display=where, error=UsageError)
-    if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
-        raise UsageError(f"{where}: expected an object with a non-empty 'prompts' list")
-    for key in ("name", "licence"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise UsageError(f"{where}: '{key}' must be a non-empty string")
-    categories = data.get("categories")
-    if not isinstance(categories, list) or not categories or not all(isinstance(c, str) for c in categories):
-        raise UsageError(f"{where}: 'categories' must be a non-empty list of names")
-    prompts, seen = [], set()
-    for i, item in enumerate(data["prompts"]):
-        at = f"{where}: prompts[{i}]"
-        if not isinstance(item, dict):
-            raise UsageError(f"{at}: not an object")
-        pid, cat, kind = item.get("id"), item.get("category"), item.get("kind")
-        if not isinstance(pid, str) or not pid or pid in seen:
-            raise UsageError(f"{at}: 'id' must be a unique non-empty string, not {pid!r}")
-        seen.add(pid)
-        if not isinstance(cat, str) or cat not in categories:
-            raise UsageError(f"{at} ({pid}): category {cat!r} is not one of {categories}")
-        if kind == "completion" and isinstance(item.get("prompt"), str) and item["prompt"]:
-            prompts.append(Prompt(pid, cat, kind, prompt=item["prompt"]))
-        elif kind == "chat" and isinstance(item.get("messages"), list) and item["messages"] and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in item["messages"]
-        ):
-            prompts.append(Prompt(pid, cat, kind, messages=tuple(dict(m) for m in item["messages"])))
-        else:
-            raise UsageError(f"{at} ({pid}): needs kind 'completion' with a 'prompt', or 'chat' with 'messages'")
-    missing = [c for c in categories if not any(p.category == c for p in prompts)]
-    if missing:
-        raise UsageError(f"{where}: categories {missing} have no prompt")
-    return PromptSet(data["name"], path, hashlib.sha256(raw).hexdigest(), data["licence"], tuple(categories),
-                     tuple(prompts))
 
 
 # -- endpoint ----------------------------------------------------------------------------------

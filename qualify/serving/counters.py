@@ -39,7 +39,7 @@ ENGINE_LABEL = "engine"
 POSITION_LABEL = "position"
 
 # Reading vLLM's counters is not the gate: mutation testing covers the request bound below, the figures
-# and the gate (see the README's reliability section); the parsing has its own tests in
+# and the gate (see docs/development.md, Mutation testing); the parsing has its own tests in
 # tests/serving/test_counters.py.
 # pragma: no mutate start
 # -- counters ------------------------------------------------------------------------------

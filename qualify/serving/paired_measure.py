@@ -32,7 +32,6 @@ from qualify.errors import CounterError, CountersMissing, ServerUnavailable, Ser
 from qualify.profile import PairedSpec
 from qualify.serving import client as cl
 from qualify.serving.acceptance_stats import Bootstrap
-from qualify.serving.client import Prompt
 from qualify.serving.counters import (
     PER_REQUEST_FLAG,
     CounterDelta,
@@ -44,7 +43,7 @@ from qualify.serving.counters import (
     unexplained_by_request,
 )
 from qualify.serving.paired import ConcurrencyRun, PairedDecision, PairedSample, paired_evidence
-from qualify.serving.prompt_sets import load_prompt_set, set_identity
+from qualify.serving.prompt_sets import Prompt, load_prompt_set, set_identity
 
 NO_PER_REQUEST = (f"the response carries no per-request speculative-decoding metrics, which requests in flight "
                   f"together need (start vLLM with {' '.join(PER_REQUEST_FLAG)})")

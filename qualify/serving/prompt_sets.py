@@ -8,7 +8,7 @@ Nothing is downloaded at run time: a GPU runner places the files, the profile na
 Formats (one JSON object a line for the JSONL ones; blank lines are allowed):
 
 - ``qualify``: this repository's prompt set (``fixtures/prompts/``): see
-  :func:`qualify.serving.client.load_prompts`.
+  :func:`load_prompts`.
 - ``mt-bench``: FastChat's ``question.jsonl``: ``question_id``, ``category``, ``turns`` (a
   list of user messages). The first turn is asked as a chat message (a second turn needs
   the model's own first answer, which would make the two drafts' prompts differ).
@@ -21,13 +21,88 @@ Formats (one JSON object a line for the JSONL ones; blank lines are allowed):
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qualify.errors import JsonProblem, UsageError
-from qualify.serving.client import Prompt, PromptSet, load_prompts
-from qualify.util.jsonio import located, parse_strict
+from qualify.util.jsonio import located, parse_json_bytes, parse_strict
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str
+    kind: str  # "chat" or "completion"
+    prompt: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    name: str
+    path: Path
+    sha256: str
+    licence: str
+    categories: tuple[str, ...]
+    prompts: tuple[Prompt, ...]
+
+    def identity(self) -> dict[str, Any]:
+        counts = {c: sum(p.category == c for p in self.prompts) for c in self.categories}
+        return {"name": self.name, "file": self.path.name, "sha256": self.sha256, "licence": self.licence,
+                "prompts": len(self.prompts), "per_category": counts}
+
+
+def load_prompts(path: Path) -> PromptSet:
+    """A prompt set file (JSON: name, licence, categories, prompts); strict, every problem named."""
+    path = Path(path)
+    where = f"prompt set {path}"
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read forever
+            raise UsageError(f"{where}: not a regular file")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    # The one strict reader, on the very bytes hashed below: a duplicate key or a NaN is refused, not guessed.
+    data = parse_json_bytes(raw, display=where, error=UsageError)
+    if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
+        raise UsageError(f"{where}: expected an object with a non-empty 'prompts' list")
+    for key in ("name", "licence"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise UsageError(f"{where}: '{key}' must be a non-empty string")
+    categories = data.get("categories")
+    if not isinstance(categories, list) or not categories or not all(isinstance(c, str) for c in categories):
+        raise UsageError(f"{where}: 'categories' must be a non-empty list of names")
+    prompts, seen = [], set()
+    for i, item in enumerate(data["prompts"]):
+        at = f"{where}: prompts[{i}]"
+        if not isinstance(item, dict):
+            raise UsageError(f"{at}: not an object")
+        pid, cat, kind = item.get("id"), item.get("category"), item.get("kind")
+        if not isinstance(pid, str) or not pid or pid in seen:
+            raise UsageError(f"{at}: 'id' must be a unique non-empty string, not {pid!r}")
+        seen.add(pid)
+        if not isinstance(cat, str) or cat not in categories:
+            raise UsageError(f"{at} ({pid}): category {cat!r} is not one of {categories}")
+        if kind == "completion" and isinstance(item.get("prompt"), str) and item["prompt"]:
+            prompts.append(Prompt(pid, cat, kind, prompt=item["prompt"]))
+        elif kind == "chat" and isinstance(item.get("messages"), list) and item["messages"] and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in item["messages"]
+        ):
+            prompts.append(Prompt(pid, cat, kind, messages=tuple(dict(m) for m in item["messages"])))
+        else:
+            raise UsageError(f"{at} ({pid}): needs kind 'completion' with a 'prompt', or 'chat' with 'messages'")
+    missing = [c for c in categories if not any(p.category == c for p in prompts)]
+    if missing:
+        raise UsageError(f"{where}: categories {missing} have no prompt")
+    return PromptSet(data["name"], path, hashlib.sha256(raw).hexdigest(), data["licence"], tuple(categories),
+                     tuple(prompts))
 
 FORMATS: tuple[str, ...] = ("qualify", "mt-bench", "gsm8k", "humaneval")
 #: What a standard set's licence line says: the harness does not verify a downloaded file's licence.

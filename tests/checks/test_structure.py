@@ -231,7 +231,7 @@ def test_statistics_with_nothing_quantized_are_not_a_pass(fixture_copy):
 # --------------------------------------------------------------------------- exact evidence
 # Each case pins every finding (file, tensor, message) and the measured figures: a check that
 # drops the findings after the first, names the wrong file or miscounts is caught (these cases
-# come from mutation testing, see the README's reliability section).
+# come from mutation testing, see docs/development.md, Mutation testing).
 
 M = m.MANIFEST_NAME
 

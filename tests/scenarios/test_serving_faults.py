@@ -31,6 +31,7 @@ import pytest
 from qualify import errors
 from qualify.report.model import Run, read_json
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 from qualify.serving.acceptance_stats import Bootstrap
 from qualify.serving.counters import parse_counters
 from qualify.serving.specdecode import AcceptanceThresholds, acceptance_evidence
@@ -231,8 +232,8 @@ def test_a_signal_while_a_request_hangs_writes_an_interrupted_report(outcomes: d
 # -- the same paths in-process (fast) ----------------------------------------------------------
 
 
-def prompt_set() -> serving.PromptSet:
-    return serving.load_prompts(REPO / "fixtures" / "prompts" / "acceptance-v1.json")
+def prompt_set() -> ps.PromptSet:
+    return ps.load_prompts(REPO / "fixtures" / "prompts" / "acceptance-v1.json")
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,7 @@ def test_interval_bounds_the_estimate_for_any_prompts(rows: list[tuple[int, int]
 
 
 
-# -- exactly: pinned by mutation testing (see the README's reliability section) -----------------
+# -- exactly: pinned by mutation testing (see docs/development.md, Mutation testing) -----------------
 
 
 def test_bootstrap_settings_are_validated() -> None:

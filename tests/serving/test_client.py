@@ -19,6 +19,7 @@ import pytest
 from qualify import errors
 from qualify.errors import UsageError
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 from qualify.serving.acceptance_stats import Bootstrap
 from qualify.serving.counters import CounterDelta
 from qualify.serving.specdecode import AcceptanceThresholds, acceptance_evidence
@@ -110,8 +111,8 @@ def fake() -> Iterator[tuple[FakeVLLM, str]]:
         server.server_close()
 
 
-def prompts() -> serving.PromptSet:
-    return serving.load_prompts(PROMPTS)
+def prompts() -> ps.PromptSet:
+    return ps.load_prompts(PROMPTS)
 
 
 # -- prompt sets -------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def test_bad_prompt_sets_are_refused(tmp_path: Path, change: Any, words: str) ->
     path = tmp_path / "p.json"
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match=words):
-        serving.load_prompts(path)
+        ps.load_prompts(path)
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -154,7 +155,7 @@ def test_a_prompt_set_is_read_by_the_strict_json_reader(tmp_path: Path, text: st
     path = tmp_path / "p.json"
     path.write_text(text)
     with pytest.raises(UsageError, match=words) as info:
-        serving.load_prompts(path)
+        ps.load_prompts(path)
     assert str(info.value).startswith(f"prompt set {path}: ")
 
 

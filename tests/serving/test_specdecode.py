@@ -124,7 +124,7 @@ def test_losslessness_never_passes_on_missing_data() -> None:
 
 # -- the gate, exactly ---------------------------------------------------------------------
 # Every finding and figure the gate reports, pinned: these cases come from mutation testing
-# (see the README's reliability section) and each one fails if a comparison or a count is off.
+# (see docs/development.md, Mutation testing) and each one fails if a comparison or a count is off.
 
 
 def test_lower_bound_findings() -> None:

@@ -8,11 +8,12 @@ from qualify import errors
 from qualify.core import Evidence
 from qualify.profile import AcceptanceSpec, LosslessnessSpec
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 from qualify.serving.specdecode import OutputPair, losslessness_evidence
 
 
 def greedy_identical(openai_client: Any, endpoint: str, reference_endpoint: str, served_model: str,
-                     prompt_set: serving.PromptSet, losslessness_spec: LosslessnessSpec,
+                     prompt_set: ps.PromptSet, losslessness_spec: LosslessnessSpec,
                      acceptance_spec: AcceptanceSpec, server_info: dict[str, Any]) -> Evidence:
     """Every prompt at temperature 0 on the speculative server and on the reference; the outputs paired by prompt."""
     timeout = acceptance_spec.request_timeout_s

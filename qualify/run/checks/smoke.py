@@ -11,6 +11,7 @@ from qualify.run.checks.result import Skipped
 from qualify.run.fixtures.serving import ServerLog
 from qualify.runtime.log_evidence import wait_for_log_evidence
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 
 #: vLLM logs its speculative-decoding metrics every 10 s (VLLM_LOG_STATS_INTERVAL); three intervals.
 LOG_EVIDENCE_WAIT_S = 30.0
@@ -25,7 +26,7 @@ def _timeout(profile: Profile) -> float:
     return profile.smoke.request_timeout_s if profile.smoke else DEFAULT_REQUEST_TIMEOUT_S
 
 
-def _request(client: Any, model: str, prompt: serving.Prompt, smoke: SmokeSpec) -> Evidence:
+def _request(client: Any, model: str, prompt: ps.Prompt, smoke: SmokeSpec) -> Evidence:
     return serving.check_request(client, model, prompt, max_tokens=smoke.max_tokens, temperature=smoke.temperature,
                                  timeout_s=smoke.request_timeout_s)
 

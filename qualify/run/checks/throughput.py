@@ -8,10 +8,11 @@ from qualify.core import Evidence
 from qualify.profile import ThroughputSpec
 from qualify.run.checks.result import Measured
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 from qualify.serving.throughput import throughput_evidence
 
 
-def serving_throughput(openai_client: Any, served_model: str, prompt_set: serving.PromptSet,
+def serving_throughput(openai_client: Any, served_model: str, prompt_set: ps.PromptSet,
                        throughput_spec: ThroughputSpec, server_info: dict[str, Any]) -> Evidence | Measured:
     """Streamed requests at the profile's concurrency: output tokens/s, time to first token, inter-token latency."""
     measured = serving.measure_throughput(

@@ -13,6 +13,7 @@ from qualify import errors
 from qualify.profile import Profile, load_profile
 from qualify.run.checks.losslessness import greedy_identical
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 
 SPECULATIVE, REFERENCE = object(), object()
 REFERENCE_URL = "http://127.0.0.1:9/v1"
@@ -24,9 +25,9 @@ def profile() -> Profile:
 
 
 @pytest.fixture(scope="module")
-def prompts(profile: Profile) -> serving.PromptSet:
+def prompts(profile: Profile) -> ps.PromptSet:
     assert profile.acceptance is not None
-    return serving.load_prompts(profile.acceptance.prompts)
+    return ps.load_prompts(profile.acceptance.prompts)
 
 
 def _serve(monkeypatch: pytest.MonkeyPatch, outputs: dict[object, tuple[dict[str, Any], list[str]]],
@@ -49,14 +50,14 @@ def _serve(monkeypatch: pytest.MonkeyPatch, outputs: dict[object, tuple[dict[str
     return calls
 
 
-def _run(profile: Profile, prompts: serving.PromptSet) -> Any:
+def _run(profile: Profile, prompts: ps.PromptSet) -> Any:
     assert profile.losslessness is not None and profile.acceptance is not None
     return greedy_identical(SPECULATIVE, "http://127.0.0.1:8/v1", REFERENCE_URL, "m", prompts, profile.losslessness,
                             profile.acceptance, {"endpoint": "http://127.0.0.1:8/v1"})
 
 
 def test_identical_outputs_pass_and_name_both_servers(monkeypatch: pytest.MonkeyPatch, profile: Profile,
-                                                      prompts: serving.PromptSet) -> None:
+                                                      prompts: ps.PromptSet) -> None:
     same = {p.id: SimpleNamespace(token_ids=(1, 2, 3)) for p in prompts.prompts}
     calls = _serve(monkeypatch, {SPECULATIVE: (same, []), REFERENCE: (same, [])}, {"version": "0.32.0"})
     evidence = _run(profile, prompts)
@@ -70,7 +71,7 @@ def test_identical_outputs_pass_and_name_both_servers(monkeypatch: pytest.Monkey
 
 
 def test_a_diverging_prompt_and_each_sides_failures_are_findings(monkeypatch: pytest.MonkeyPatch, profile: Profile,
-                                                                 prompts: serving.PromptSet) -> None:
+                                                                 prompts: ps.PromptSet) -> None:
     first, *rest = prompts.prompts
     spec = {p.id: SimpleNamespace(token_ids=(1, 2, 3)) for p in prompts.prompts}
     ref = {p.id: SimpleNamespace(token_ids=(1, 2, 3)) for p in rest[1:]}

@@ -14,6 +14,7 @@ from qualify.run.checks import smoke
 from qualify.run.checks.result import Skipped
 from qualify.run.fixtures.serving import ServerLog
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 from tests.helpers import REPO
 
 EVIDENCE_LINE = "SpecDecoding metrics: Mean acceptance length: 3.1, Drafted: 64 tokens\n"
@@ -50,9 +51,9 @@ def test_a_profile_without_smoke_skips_the_requests_saying_why(no_smoke: Profile
 
 
 def test_the_requests_take_the_profiles_smoke_size(profile: Profile, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[serving.Prompt, dict[str, Any]]] = []
+    calls: list[tuple[ps.Prompt, dict[str, Any]]] = []
 
-    def check_request(client: Any, model: str, prompt: serving.Prompt, **kw: Any) -> Evidence:
+    def check_request(client: Any, model: str, prompt: ps.Prompt, **kw: Any) -> Evidence:
         calls.append((prompt, kw))
         return Evidence("answered")
 

@@ -16,6 +16,7 @@ from qualify.run.checks.result import Measured
 from qualify.run.checks.speedup import speculative_speedup
 from qualify.serving import client as serving
 from qualify.serving import paired_measure as pm
+from qualify.serving import prompt_sets as ps
 
 SPECULATIVE, PLAIN = "speculative client", "plain client"
 REFERENCE_URL = "http://127.0.0.1:9/v1"
@@ -29,7 +30,7 @@ def profile() -> Profile:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
     seen: list[tuple[str, int, int]] = []
-    prompts = tuple(("set", serving.Prompt(f"p{i}", "c", "completion", prompt="x")) for i in range(50))
+    prompts = tuple(("set", ps.Prompt(f"p{i}", "c", "completion", prompt="x")) for i in range(50))
 
     def measure_throughput(client: str, model: str, ps: Any, **kw: Any) -> dict[str, Any]:
         seen.append((client, kw["concurrency"], len(ps)))

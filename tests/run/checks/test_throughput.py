@@ -13,6 +13,7 @@ from qualify.profile import Profile, ThroughputSpec, load_profile
 from qualify.run.checks.result import Measured
 from qualify.run.checks.throughput import serving_throughput
 from qualify.serving import client as serving
+from qualify.serving import prompt_sets as ps
 
 FIGURES = {"output_tokens_per_s": 100.0, "output_tokens": 640, "requests": 20, "concurrency": 4,
            "ttft_s": {"mean": 0.05}, "itl_s": {"mean": 0.01}}
@@ -37,7 +38,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 def _run(spec: ThroughputSpec, profile: Profile) -> Evidence | Measured:
     assert profile.acceptance is not None
-    prompts = serving.load_prompts(profile.acceptance.prompts)
+    prompts = ps.load_prompts(profile.acceptance.prompts)
     return serving_throughput(None, "m", prompts, spec, {"endpoint": "http://127.0.0.1:8/v1"})
 
 
