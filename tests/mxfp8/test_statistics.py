@@ -220,6 +220,7 @@ def _run_with_threads(threads: int) -> dict[str, object]:
     return result
 
 
+@pytest.mark.slow
 def test_sums_are_the_same_on_one_and_two_threads() -> None:
     one, two = _run_with_threads(1), _run_with_threads(2)
     # torch's own float64 sum of the same squares differs between thread counts for some

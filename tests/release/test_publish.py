@@ -194,6 +194,7 @@ def verify_downstream(snapshot: Path, pub: Path, cli) -> tuple[tuple[int, str], 
     return (gate[0], gate[1] + gate[2]), (tool.returncode, tool.stdout + tool.stderr)
 
 
+@pytest.mark.slow
 def test_a_published_release_with_its_card_verifies_downstream_and_a_changed_weight_does_not(tmp_path, hub_env,
                                                                                               cli):
     from huggingface_hub import HfApi, snapshot_download

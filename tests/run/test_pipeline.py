@@ -94,6 +94,7 @@ def _run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> t
     return proc.returncode, path
 
 
+@pytest.mark.slow
 def test_levels_after_a_failed_one_are_not_run(tmp_path: Path) -> None:
     ckpt = _broken_reproduction(tmp_path)
     code, path = _run_cli(tmp_path, "--checkpoint", str(ckpt), "--source", str(FIXTURE / "source"),
@@ -112,6 +113,7 @@ def test_levels_after_a_failed_one_are_not_run(tmp_path: Path) -> None:
     assert not (path.parent / "server.log").exists() and not list(path.parent.glob("vllm-*.log"))
 
 
+@pytest.mark.slow
 def test_a_missing_vllm_venv_is_a_harness_fault_of_every_serving_check_with_the_setup_hint(tmp_path: Path) -> None:
     from fixtures.serving import build
 
@@ -240,6 +242,7 @@ def test_a_hub_fetched_source_is_proven_by_its_snapshot_and_the_hub(tmp_path: Pa
                    for f in check.evidence.findings), check.evidence.findings
 
 
+@pytest.mark.slow
 def test_a_profile_serving_from_its_runtime_starts_no_local_server_and_fails_with_the_runtimes_reason(
         tmp_path: Path) -> None:
     """fixture-dflash-cpu: the serving levels talk to the runtime container; one that cannot start fails them."""

@@ -167,6 +167,7 @@ def test_a_crash_during_load_fails_fast_with_the_last_log_lines(docker_client: A
     assert_gone(plan)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_hang_times_out_with_a_clear_message(docker_client: Any, standin: str, tmp_path: Path) -> None:
     plan = fault_plan(docker_client, tmp_path, "hang")

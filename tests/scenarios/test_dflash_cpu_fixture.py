@@ -62,6 +62,7 @@ def test_the_profile_pins_the_shipped_source() -> None:
     assert load_profile(PROFILE).source_revision == folder_revision(DRAFT / "source")
 
 
+@pytest.mark.slow
 def test_the_shipped_draft_passes_the_checkpoint_levels(tmp_path: Path) -> None:
     done = run_qualify("check", str(DRAFT / "mxfp8"), "--source", str(DRAFT / "source"), "--profile", PROFILE,
                        "--levels", "structure,format,reproduction", "--report-dir", str(tmp_path))

@@ -73,6 +73,7 @@ def ckpts(export: tuple[Path, Path]):
         yield source, exported
 
 
+@pytest.mark.slow
 def test_modelopt_and_transformers_are_installed():
     for module in ("modelopt.torch.quantization", "modelopt.torch.export", "transformers"):
         try:

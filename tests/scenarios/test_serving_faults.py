@@ -313,6 +313,7 @@ def test_a_response_of_another_shape_is_malformed_not_a_crash() -> None:
         httpd.server_close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["hang", "die"])
 def test_measurement_stops_at_a_server_that_stopped_answering(fault: str) -> None:
     ps = prompt_set()

@@ -33,6 +33,7 @@ def level(cand: object, src: object, s: PairedSpec) -> tuple[object, list[object
                            (cl.make_client(src.endpoint), src.endpoint), s, REQ)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_an_equal_candidate_passes_at_every_concurrency() -> None:
     with fault_server(per_request=True, accepted=5) as cand, fault_server(per_request=True, accepted=5) as src:
         ev, decisions = level(cand, src, spec())
@@ -44,6 +45,7 @@ def test_an_equal_candidate_passes_at_every_concurrency() -> None:
     assert len(m["concurrency"]["4"]["per_prompt"]) == 8
 
 
+@pytest.mark.slow
 def test_a_worse_candidate_fails_at_both_concurrencies() -> None:
     with fault_server(per_request=True, accepted=4) as cand, fault_server(per_request=True, accepted=5) as src:
         ev, _ = level(cand, src, spec())
@@ -52,6 +54,7 @@ def test_a_worse_candidate_fails_at_both_concurrencies() -> None:
     assert "at concurrency 4, overall: acceptance rate" in text
 
 
+@pytest.mark.slow
 def test_without_per_request_metrics_batch_1_uses_the_counters_and_load_is_a_finding() -> None:
     with fault_server(accepted=5) as cand, fault_server(accepted=5) as src:
         ev, decisions = level(cand, src, spec())
@@ -62,6 +65,7 @@ def test_without_per_request_metrics_batch_1_uses_the_counters_and_load_is_a_fin
     assert any("--per-request-spec-decode-metrics summary" in f for f in findings)
 
 
+@pytest.mark.slow
 def test_a_response_that_contradicts_the_counters_is_a_finding_naming_the_counter() -> None:
     with fault_server(per_request=True, misreport=1) as cand, fault_server(per_request=True) as src:
         ev, _ = level(cand, src, spec())
