@@ -44,7 +44,9 @@ endif
 INPUTS := PROFILE REPORTS LEVELS DRAFT_REVISION QUALIFY_ARGS SIGN_KEY VERIFY_KEY ATTESTATION REVISION REQUIRE \
 	CHECKPOINT SOURCE MUTANTS
 $(foreach v,$(INPUTS),$(eval override $(v) := $$(value $(v))))
-export $(INPUTS)
+# Exported to these recipes only: a make run from inside another target's recipe (a test of make qualify,
+# say) must not inherit the outer run's defaults as if a user had set them.
+$(foreach v,$(INPUTS),$(eval qualify gate mutation: export $(v) := $$($(v))))
 
 .PHONY: qualify gate test test-variants test-fast lint lock fixtures fixtures-full bench venv clean-venv reliability mutation local-runtimes
 

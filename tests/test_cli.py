@@ -79,7 +79,7 @@ def test_usage_errors_exit_2_with_a_message(args, words, tmp_path):
 def test_help_documents_exit_codes():
     proc = run_qualify("check", "--help")
     assert proc.returncode == 0
-    for line in ("0  qualified", "1  not qualified", "2  usage or harness error"):
+    for line in ("0  qualified", "1  not qualified", "2  usage error", "3  harness fault"):
         assert line in proc.stdout
 
 

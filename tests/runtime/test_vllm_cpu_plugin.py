@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,8 +104,10 @@ def _probe(code: str) -> tuple[dict[str, Any], str]:
     except HarnessError as exc:
         pytest.fail(f"{exc} ({exc.hint})", pytrace=False)
     env = {**os.environ, **server_env(), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+    # From a folder of no package: `python -c` puts its working folder first on sys.path, where a test
+    # package named like a standard module (tests/profile/) would shadow it.
     proc = subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=PROBE_TIMEOUT_S, cwd=str(Path(__file__).parents[1]))
+                          timeout=PROBE_TIMEOUT_S, cwd=tempfile.gettempdir())
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"probe failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return json.loads(lines[-1].removeprefix("RESULT ")), proc.stdout + proc.stderr

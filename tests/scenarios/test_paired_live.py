@@ -37,6 +37,7 @@ from qualify.report.model import read_json
 from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
 from qualify.serving.acceptance_stats import Bootstrap
+from qualify.serving.prompt_sets import load_prompts
 from qualify.serving.specdecode import AcceptanceThresholds, acceptance_evidence
 from tests.helpers import REPO
 from tests.live_servers import Launch, LiveServer, LiveServers
@@ -145,7 +146,7 @@ def test_the_damaged_draft_still_clears_the_absolute_acceptance_thresholds(serve
     profile = load_profile(PROFILE)
     spec = profile.acceptance
     assert spec is not None
-    prompts = cl.load_prompts(spec.prompts)
+    prompts = load_prompts(spec.prompts)
     url = servers["damaged"].endpoint
     run = cl.measure_acceptance(cl.make_client(url), url, profile.served_model_name, prompts.prompts,
                                 categories=prompts.categories, max_tokens=spec.max_tokens,

@@ -167,7 +167,9 @@ def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(
         # The folder the container mounts is the checkpoint under test, at its content revision.
         assert served["checkpoint"]["revision"] == run.checkpoint["revision"], check_id
         assert served["checkpoint"]["content_revision"] == run.checkpoint["revision"], check_id
-        assert served["checkpoint"]["mounted_from"] == str((CPU_FIXTURE / "mxfp8").resolve()), check_id
+        # Mounted from the run's pinned copy of it (the bytes the checks read), never the folder as named.
+        assert served["checkpoint"]["mounted_from"] != str((CPU_FIXTURE / "mxfp8").resolve()), check_id
+        assert Path(served["checkpoint"]["mounted_from"]).name == "draft", check_id
     # The reference and the source draft ran beside it, from the same image; no local vLLM process served.
     serving = run.environment["local_server"]
     assert serving["kind"] == "runtime" and serving["error"] is None
@@ -205,6 +207,9 @@ def test_a_damaged_checkpoint_fails_acceptance_on_the_load_levels_container(tmp_
     evidence = _check(run, "acceptance.draft_acceptance").evidence
     container = _check(run, "load.container_started").evidence.measured["container"]  # type: ignore[union-attr]
     assert evidence is not None and evidence.measured["server"]["runtime"]["container_id"] == container["id"]
-    assert evidence.measured["server"]["runtime"]["checkpoint"]["mounted_from"] == str(scrambled.resolve())
+    served = evidence.measured["server"]["runtime"]["checkpoint"]
+    # The run's pinned copy of the scrambled folder, at the revision of the scrambled bytes.
+    assert served["mounted_from"] != str(scrambled.resolve())
+    assert served["content_revision"] == run.checkpoint["revision"]
     # No reference or source server for a run without the levels that need them.
     assert run.environment["runtime"]["companions"] == {}
