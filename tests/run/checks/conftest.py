@@ -4,19 +4,25 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qualify.checkpoint.manifest import Manifest, load_manifest, read_manifest_json
-from qualify.checkpoint.quant_config import QuantConfig, read_model_config, read_quant_config
-from qualify.checkpoint.safetensors_io import Checkpoint
 from qualify.checks.catalogue import by_id
-from qualify.checks.reproduction import PlanItem
 from qualify.core import Evidence
 from qualify.profile import Profile, load_profile
+
+# The suites' own fixtures built from the paths below: the same code that opens a run's inputs.
+from qualify.run.fixtures.inputs import (  # noqa: F401  (fixtures)
+    checkpoint,
+    manifest,
+    manifest_raw,
+    model_config,
+    plan,
+    quant_config,
+    source,
+)
 from tests.helpers import FIXTURE
 
 
@@ -38,43 +44,6 @@ def checkpoint_folder(checkpoint_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def source_dir() -> Path:
     return FIXTURE / "source"
-
-
-@pytest.fixture(scope="session")
-def checkpoint(checkpoint_dir: Path) -> Iterator[Checkpoint]:
-    with Checkpoint.open(checkpoint_dir) as ckpt:
-        yield ckpt
-
-
-@pytest.fixture(scope="session")
-def source(source_dir: Path) -> Iterator[Checkpoint]:
-    with Checkpoint.open(source_dir) as ckpt:
-        yield ckpt
-
-
-@pytest.fixture(scope="session")
-def manifest_raw(checkpoint_dir: Path) -> dict[str, Any]:
-    return read_manifest_json(checkpoint_dir)
-
-
-@pytest.fixture(scope="session")
-def manifest(checkpoint_dir: Path) -> Manifest:
-    return load_manifest(checkpoint_dir)
-
-
-@pytest.fixture(scope="session")
-def plan(manifest: Manifest) -> list[PlanItem]:
-    return [PlanItem(t.source_name, t.action) for t in manifest.tensors]
-
-
-@pytest.fixture(scope="session")
-def quant_config(checkpoint_dir: Path) -> QuantConfig:
-    return read_quant_config(checkpoint_dir)
-
-
-@pytest.fixture(scope="session")
-def model_config(checkpoint_dir: Path) -> dict[str, Any]:
-    return read_model_config(checkpoint_dir)
 
 
 @pytest.fixture
