@@ -34,7 +34,8 @@ exit codes:
   1  refused: one line per reason (no or a bad signature, a file changed, missing or added after signing, a
      level not passed or missing, a level run on a stand-in or resting on a server log the caller gave, a
      made-up or missing check, a profile this harness does not ship, an edited one or not the --profile one,
-     an unverified revision, an interrupted run, a harness error, an unsigned report without --allow-unsigned)
+     an unverified revision, an interrupted run, a harness error, a statement made by another commit of the
+     harness or, with --release-policy, by uncommitted harness code, an unsigned report without --allow-unsigned)
   2  usage error: no such file, a path that is not a regular file (a FIFO, a socket, a device), an unreadable
      key, an unknown level, no identity to compare, a --profile this harness does not ship
 """

@@ -13,8 +13,8 @@ exit codes:
   0  published: the line names the commit created (or the branch's commit, when nothing changed)
   1  refused, nothing uploaded: an evidence file missing from the run folder, the checkpoint holding a file where
      the evidence goes, or a checkpoint entry that is not a regular file
-  2  usage or hub error: no such folder, a repository id or branch that is not safe, offline, or the hub did not
-     take the commit (no such repository or branch, no write access)
+  2  usage error: no such folder, a repository id or branch that is not safe
+  3  harness fault: offline, or the hub did not take the commit (no such repository or branch, no write access)
 """
 
 
