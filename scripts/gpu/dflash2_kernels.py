@@ -26,6 +26,12 @@ or whose parameters changed is refused by name (exit 2).
 
 Prints one JSON object (cases, equal counts, max abs differences, versions, the GPU's name);
 exit 0 when every comparison holds, 1 when one does not.
+
+Measured 2026-12-04 on one NVIDIA H200 (torch 2.11.0+cu130, Triton 3.6.0, ``--repeats 5``, 4.3 s):
+the walk equal bit for bit in 60 of 60 cases; the convolution within tolerance in 35 of 35, float32
+not bit-equal (as a fused multiply-add predicts) but at most 1.63 float32 ulps of sum(|coefficient *
+x|) (9.5e-07 absolute), bfloat16 at most 1.42 bfloat16 ulps (0.031 absolute). In Triton 3.9's
+interpreter (CPU): the walk 12 of 12, float32 convolution bit for bit, bfloat16 1.87 ulps.
 """
 
 from __future__ import annotations
