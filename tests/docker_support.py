@@ -43,7 +43,7 @@ def docker_ps(label: str) -> list[str]:
 
 
 def fixture_variant(tmp_path: Path, *, port: int | None = None, image: str | None = None, digest: str | None = None,
-                    target_revision: str | None = None, timeout_s: int | None = None) -> Path:
+                    target_revision: str | None = None, timeout_s: int | None = None, arms: str | None = None) -> Path:
     """The fixture profile on a free port (host networking: parallel runs must not share 8000), with edits."""
     text = (REPO / "qualify" / "profiles" / "fixture.toml").read_text()
     port = port or free_port()
@@ -58,6 +58,8 @@ def fixture_variant(tmp_path: Path, *, port: int | None = None, image: str | Non
     text = text.replace(pinned, f'repo = "qualify-fixtures/dflash2-tiny-target"\nrevision = "{target_revision or ""}"')
     if timeout_s:
         text = text.replace("startup_timeout_s = 60", f"startup_timeout_s = {timeout_s}")
+    if arms:
+        text = text.replace("\n[levels]\n", f'\n[orchestration]\narms = "{arms}"\n\n[levels]\n')
     path = tmp_path / f"fixture-{uuid.uuid4().hex[:6]}.toml"
     path.write_text(text)
     return path

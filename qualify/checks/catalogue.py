@@ -309,22 +309,21 @@ CATALOGUE: tuple[CheckSpec, ...] = (
            "Temperature-0 outputs of every prompt are token-identical with and without the speculator.",
            "Temperature-0 outputs of every prompt are token-identical with the speculator and from the target "
            "alone: speculative decoding must not change what the model says.",
-           ("openai_client", "endpoint", "reference_endpoint", "served_model", "prompt_set", "losslessness_spec",
-            "acceptance_spec", "server_info")),
+           ("losslessness_outputs", "prompt_set", "losslessness_spec", "server_info")),
     # ---- throughput
     _check("throughput.serving_throughput",
            "Streamed requests at the profile's concurrency: output tokens/s, time to first token, inter-token "
            "latency.",
            "Output tokens/s, time to first token and inter-token latency of streamed requests at the profile's "
            "concurrency; recorded, and qualified only against the bounds the profile states.",
-           ("openai_client", "served_model", "prompt_set", "throughput_spec", "server_info")),
+           ("throughput_run", "prompt_set", "throughput_spec", "server_info")),
     # ---- speedup
     _check("speedup.speculative_speedup",
            "Streamed requests with the speculator and without it at each concurrency of [paired]: the speedup.",
            "Output tokens/s and inter-token latency with the speculator and without it (the reference server), at "
            "each paired concurrency; recorded, gated only by a stated min_speedup, and a concurrency where the "
            "speculator saves no time is called out in the report.",
-           ("openai_client", "reference_endpoint", "served_model", "paired_spec", "speedup_spec", "server_info")),
+           ("speedup_runs", "speedup_spec", "server_info")),
 )
 
 _BY_ID: dict[str, CheckSpec] = {spec.id: spec for spec in CATALOGUE}

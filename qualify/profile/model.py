@@ -21,6 +21,7 @@ from qualify.profile.specs import (
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_REQUEST_TIMEOUT_S,
     AcceptanceSpec,
+    EvidenceSource,
     EvidenceSpec,
     FormatSpec,
     HardwareSpec,
@@ -91,6 +92,7 @@ class Profile:
             startup_timeout_s=float(r["startup_timeout_s"]) if "startup_timeout_s" in r else None,
             env=MappingProxyType(dict(r["env"])),
             qualification_overrides=MappingProxyType(dict(r.get("qualification_overrides", {}))),
+            target_revision_env=r.get("target_revision_env") or None,
         )
 
     @cached_property
@@ -101,10 +103,18 @@ class Profile:
     @cached_property
     def evidence(self) -> tuple[EvidenceSpec, ...]:
         """``[[evidence]]``: the log lines the load and smoke levels must find, in the profile's order."""
+        def source(x: dict[str, Any] | None) -> EvidenceSource | None:
+            if x is None:
+                return None
+            return EvidenceSource(x["format"], x.get("file"), x.get("project"), tuple(x.get("args", ())))
+
         return tuple(
             EvidenceSpec(e["name"], e["level"], e["description"], e["pattern"],
                          float(e["expected_gb"]) if "expected_gb" in e else None,
-                         float(e["tolerance_gb"]) if "tolerance_gb" in e else None)
+                         float(e["tolerance_gb"]) if "tolerance_gb" in e else None,
+                         source=source(e.get("source")), unverified=e.get("unverified"),
+                         after_pattern=(e.get("after") or {}).get("pattern"), after_source=source(e.get("after")),
+                         draft=e.get("draft"))
             for e in self.data.get("evidence", [])
         )
 
@@ -163,6 +173,15 @@ class Profile:
             serve_checkpoint=bool(x.get("serve_checkpoint", False)),
             exercised=x.get("exercised"),
         )
+
+    @cached_property
+    def arms_side_by_side(self) -> bool:
+        """``$.orchestration.arms``: whether the run's arms are served all at once (else one after another).
+
+        Sequential is the default: it is what a release run on one set of GPUs can do, so the
+        rehearsal takes the same path unless a profile says its hardware holds every arm at once.
+        """
+        return (self.data.get("orchestration") or {}).get("arms", "sequential") == "side-by-side"
 
     @cached_property
     def serves_from_runtime(self) -> bool:
@@ -224,6 +243,7 @@ class Profile:
             bootstrap_resamples=int(a.get("bootstrap_resamples", 2000)),
             bootstrap_seed=int(a.get("bootstrap_seed", 0)),
             request_timeout_s=float(a.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
+            prompts_sha256=a.get("prompts_sha256"),
         )
 
     @cached_property
@@ -233,7 +253,8 @@ class Profile:
         if x is None:
             return None
         sets = tuple(
-            PromptSetSpec((self.path.parent / p["path"]).resolve(), p["format"], p.get("name"), p.get("limit"))
+            PromptSetSpec((self.path.parent / p["path"]).resolve() if "path" in p else None, p["format"],
+                          p.get("name"), p.get("limit"), p.get("sha256"), p.get("set"))
             for p in x["prompt_sets"]
         )
         return PairedSpec(
@@ -358,6 +379,15 @@ class Profile:
             env["DFLASH_MODEL_REVISION"] = draft_revision
         elif pinned and not env.get("DFLASH_MODEL_REVISION"):
             env["DFLASH_MODEL_REVISION"] = pinned
+        return self.with_target_revision(env)
+
+    def with_target_revision(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the launcher's target revision variable (``$.runtime.target_revision_env``) set to
+        ``[target].revision``; unchanged where the profile declares no such variable. The loader has refused
+        a profile that declares one without pinning a target revision, or whose env contradicts it."""
+        var = self.runtime.target_revision_env
+        if var is not None and self.target is not None and self.target.revision is not None:
+            env[var] = self.target.revision
         return env
 
 

@@ -25,9 +25,13 @@ from pathlib import Path
 from qualify.errors import UsageError
 from qualify.runtime.plan import HF_CACHE_TARGET, LaunchPlan, Mount, on_port
 
+#: The arms of a run, in the order they are served one after another: the checkpoint under test (the
+#: load level's own container), the source draft it was converted from, the target alone.
+CHECKPOINT = "checkpoint"
 REFERENCE = "reference"
 SOURCE = "source"
 ROLES = (REFERENCE, SOURCE)
+ARMS = (CHECKPOINT, SOURCE, REFERENCE)
 #: The launcher's value of SPECULATOR for a server without a speculator (runtimes/vllm-cpu/launch.py).
 NO_SPECULATOR = "none"
 #: vLLM CPU's core binding of an engine's OpenMP threads; unset, every engine binds the same cores.
@@ -39,9 +43,12 @@ _DRAFT_VARS = ("DFLASH_MODEL", "DFLASH_MODEL_REVISION", "NUM_SPECULATIVE_TOKENS"
 
 @dataclass(frozen=True)
 class SourceDraft:
-    """The source draft's folder and where the launcher finds it: ``repo`` at ``revision`` in the hub cache."""
+    """The source draft's folder and where the launcher finds it: ``repo`` at ``revision`` in the hub cache.
 
-    path: Path
+    ``path`` None: nothing is mounted, and the launcher fetches ``repo`` at ``revision`` itself.
+    """
+
+    path: Path | None
     repo: str
     revision: str
 
@@ -85,7 +92,8 @@ def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraf
         if source is None:
             raise UsageError("the source draft's server needs the source draft's folder (--source)")
         env["DFLASH_MODEL"], env["DFLASH_MODEL_REVISION"] = source.repo, source.revision
-        mounts.append(Mount(str(Path(source.path).resolve()), hub_snapshot(source.repo, source.revision)))
+        if source.path is not None:
+            mounts.append(Mount(str(Path(source.path).resolve()), hub_snapshot(source.repo, source.revision)))
         draft_revision = source.revision
     return dataclasses.replace(plan, name=f"{plan.name}-{role}"[:128], env=tuple(env.items()), mounts=tuple(mounts),
                                draft_revision=draft_revision)
@@ -108,5 +116,5 @@ def core_of(index: int, cores: Sequence[int]) -> int | None:
     return cores[index % len(cores)] if cores else None
 
 
-__all__ = ["CORE_BIND_VAR", "NO_SPECULATOR", "REFERENCE", "ROLES", "SOURCE", "SourceDraft", "bind_core",
-           "checkpoint_mount", "companion_plan", "core_of", "hub_snapshot", "usable_cores"]
+__all__ = ["ARMS", "CHECKPOINT", "CORE_BIND_VAR", "NO_SPECULATOR", "REFERENCE", "ROLES", "SOURCE", "SourceDraft",
+           "bind_core", "checkpoint_mount", "companion_plan", "core_of", "hub_snapshot", "usable_cores"]

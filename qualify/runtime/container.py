@@ -222,7 +222,13 @@ class RuntimeContainer:
         return dict(self.container.attrs.get("State") or {})
 
     def logs_text(self) -> str:
-        """The container's whole log so far (stdout and stderr), redacted."""
+        """The container's whole log so far (stdout and stderr), redacted.
+
+        Once the container is removed (an arm stopped before the next one starts), its log is
+        the copy written while it ran.
+        """
+        if self.teardown is not None and self.log_path is not None and self.log_path.is_file():
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
         raw = self.container.logs(stdout=True, stderr=True)
         return redact(raw.decode("utf-8", "replace"))
 

@@ -8,16 +8,20 @@ the container is only started when every preflight step passed: a run on the wro
 GPUs or an unpinned image is refused before anything loads.
 
 Where the serving levels need a reference server (the target alone) or the source draft's
-server, the session starts them once its container serves, from the same image and plan
-(:mod:`qualify.runtime.companions`), waits for them in the background, and hands a check
-that needs one its endpoint once it serves (or the reason it does not); the run's teardown
-removes them with the container.
+server, they are derived from the same image and plan (:mod:`qualify.runtime.companions`).
+By default (``$.orchestration.arms = "sequential"``) each arm runs alone: the checkpoint's
+container is stopped before the source draft's starts, and that one before the target
+alone -- what a release run on one set of GPUs must do, so the CPU rehearsal takes the same
+path. A profile whose hardware holds every arm at once may say ``side-by-side``: the
+companions then start once the container serves and load while the first levels run. The
+run's teardown removes whatever is left.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import tempfile
 import threading
 import time
@@ -82,6 +86,7 @@ class RuntimeSession:
         pass_hf_token: bool = False,
         startup_timeout_s: float | None = None,
         image_digest: str | None = None,
+        target_snapshot: Path | None = None,
         companions: dict[str, comp.SourceDraft | None] | None = None,
         cores: tuple[int, ...] = (),
         client_factory: Callable[[], Any] = engine.docker_client,
@@ -96,7 +101,8 @@ class RuntimeSession:
         self.plan = plans.build_plan(profile, run_id=run_id, draft_revision=draft_revision,
                                  checkpoint_dir=checkpoint_dir if hf_cache is None else None, hf_cache=hf_cache,
                                  allow_unpinned=allow_unpinned, pass_hf_token=pass_hf_token,
-                                 startup_timeout_s=startup_timeout_s, image_digest=image_digest)
+                                 startup_timeout_s=startup_timeout_s, image_digest=image_digest,
+                                 target_snapshot=target_snapshot)
         if self.plan.network == "host":
             # A port of this run's own (the kernel's free choice, checked again at launch): two runs on one
             # machine never talk to each other's server, and the profile's port is no shared resource.
@@ -104,11 +110,13 @@ class RuntimeSession:
         extra = runtime_mounts(profile)
         if extra:
             self.plan = dataclasses.replace(self.plan, mounts=self.plan.mounts + extra)
-        # role -> the source draft it mounts (None for the reference); started with the container.
+        # role -> the source draft it mounts (None for the reference).
         self.companion_roles: dict[str, comp.SourceDraft | None] = dict(companions or {})
         for role in self.companion_roles:
             comp.companion_plan(self.plan, role, port=1, source=self.companion_roles[role])  # refused now, not later
-        self._cores = tuple(cores) if len(self.companion_roles) > 0 else ()
+        self.side_by_side = profile.arms_side_by_side
+        # Engines that run at once spread over the cores (by default each binds the same ones); one alone takes all.
+        self._cores = tuple(cores) if self.side_by_side and len(self.companion_roles) > 0 else ()
         first = comp.core_of(0, self._cores)
         if first is not None:
             self.plan = comp.bind_core(self.plan, first)
@@ -123,6 +131,9 @@ class RuntimeSession:
         self._steps: dict[str, Evidence] = {}
         self.runtime: c.RuntimeContainer | None = None
         self._signals = contextlib.ExitStack()
+        # Each arm's container as it came and went (wall clock): the report shows when two ever overlapped.
+        self.timeline: list[dict[str, Any]] = []
+        self._current: str | None = None
 
     @property
     def log_path(self) -> Path:
@@ -186,6 +197,7 @@ class RuntimeSession:
                 return ev
             self._signals.enter_context(c.terminate_on_signals())
             self.runtime = c.RuntimeContainer(self.client, self.plan, log_path=self.log_path)
+            self._arm_started(comp.CHECKPOINT, self.runtime)
             try:
                 self.runtime.start()
             except errors.RuntimeFailure as exc:
@@ -196,19 +208,39 @@ class RuntimeSession:
 
         return self._once("start", compute)
 
+    def _arm_started(self, role: str, runtime: c.RuntimeContainer) -> None:
+        self._current = role
+        self.timeline.append({"arm": role, "container": runtime.plan.name, "started": _now(), "stopped": None})
+
+    def _arm_stopped(self, role: str) -> None:
+        for entry in self.timeline:
+            if entry["arm"] == role and entry["stopped"] is None:
+                entry["stopped"] = _now()
+        if self._current == role:
+            self._current = None
+
+    def _start_companion(self, role: str, index: int) -> c.RuntimeContainer | None:
+        """Start ``role``'s container; None (the failure kept for its checks) when it cannot start."""
+        plan = comp.companion_plan(self.plan, role, port=free_port(self.plan.host), source=self.companion_roles[role])
+        core = comp.core_of(index, self._cores)
+        if core is not None:
+            plan = comp.bind_core(plan, core)
+        runtime = c.RuntimeContainer(self.client, plan, log_path=self.log_dir / f"server-{role}.log")
+        self.companions[role] = runtime
+        self._arm_started(role, runtime)
+        try:
+            runtime.start()
+        except errors.RuntimeFailure as exc:
+            self.companion_errors[role] = str(exc)
+            self._arm_stopped(role)
+            return None
+        return runtime
+
     def _start_companions(self) -> None:
         """Start each companion now (they load while the first serving checks run); a failure is kept for its checks."""
-        for i, (role, source) in enumerate(self.companion_roles.items(), start=1):
-            plan = comp.companion_plan(self.plan, role, port=free_port(self.plan.host), source=source)
-            core = comp.core_of(i, self._cores)
-            if core is not None:
-                plan = comp.bind_core(plan, core)
-            runtime = c.RuntimeContainer(self.client, plan, log_path=self.log_dir / f"server-{role}.log")
-            self.companions[role] = runtime
-            try:
-                runtime.start()
-            except errors.RuntimeFailure as exc:
-                self.companion_errors[role] = str(exc)
+        for i, role in enumerate(self.companion_roles, start=1):
+            runtime = self._start_companion(role, i)
+            if runtime is None:
                 continue
             # Waited for in the background, so its readiness time is when it served, not when a check asked.
             waiter = threading.Thread(target=self._await_companion, args=(role, runtime), daemon=True,
@@ -216,13 +248,58 @@ class RuntimeSession:
             self._companion_waits[role] = waiter
             waiter.start()
 
-    def _await_companion(self, role: str, runtime: c.RuntimeContainer) -> None:
+    def _await_companion(self, role: str, runtime: c.RuntimeContainer, *, quiet: bool = True) -> None:
         try:
-            runtime.wait_ready(poll_s=1.0, quiet=True)
+            runtime.wait_ready(poll_s=1.0, quiet=quiet)
         except errors.RuntimeFailure as exc:
             self._companion_failures[role] = exc
         except Exception as exc:  # the engine's client failing under the wait: the companion is not usable
             self._companion_failures[role] = errors.RuntimeFailure(f"waiting for {runtime.plan.name} failed: {exc}")
+
+    def arm_endpoint(self, role: str) -> str:
+        """The endpoint of arm ``role`` (``checkpoint``, ``source``, ``reference``) once it serves.
+
+        One after another (the default): the arm serving now is stopped first, then ``role``'s
+        container is started and waited for; the checkpoint's container, once stopped, is not
+        started again. Side by side: the companion started with the container.
+
+        Raises:
+            RuntimeNotStarted: the arm cannot serve (the reason, and its runtime's last error).
+        """
+        if role == comp.CHECKPOINT:
+            if self.runtime is None or self.runtime.container is None:
+                raise errors.RuntimeNotStarted(f"the load level's container {self.plan.name} was not started")
+            if self.runtime.teardown is not None:
+                raise errors.RuntimeNotStarted(f"the checkpoint's container {self.plan.name} was stopped for the "
+                                               "next arm; an arm runs once")
+            return self.plan.endpoint
+        if self.side_by_side or role in self._companion_ready or role in self.companion_errors:
+            return self.companion_endpoint(role)
+        if role not in self.companion_roles:
+            raise errors.RuntimeNotStarted(f"no {role} server: this run asked for none")
+        if self.runtime is None or self.runtime.container is None:
+            raise errors.RuntimeNotStarted(f"no {role} server: the load level's container {self.plan.name} was not "
+                                           "started")
+        if self._current is not None:
+            self.stop_arm(self._current)
+        runtime = self._start_companion(role, len(self.companions) + 1)
+        if runtime is not None:
+            self._await_companion(role, runtime, quiet=False)
+        return self.companion_endpoint(role)
+
+    def stop_arm(self, role: str) -> c.Teardown | None:
+        """Stop arm ``role``'s container (one after another: before the next arm starts). None if it never ran.
+
+        A container of the run left behind is recorded, and the run's teardown check reports it.
+        """
+        runtime = self.runtime if role == comp.CHECKPOINT else self.companions.get(role)
+        if runtime is None or runtime.container is None:
+            return None
+        record = runtime.stop()
+        self._arm_stopped(role)
+        if not record.ok:
+            self.companion_errors.setdefault(role, f"its teardown left {', '.join(record.left + record.errors)}")
+        return record
 
     def companion_endpoint(self, role: str) -> str:
         """The endpoint of ``role``'s server once it serves (waits for it).
@@ -303,9 +380,10 @@ class RuntimeSession:
                 return c.failure_evidence(summary, exc)
             ev = Evidence(summary + f" (ready after {readiness.ready_s:.1f} s)")
             ev.measured.update(readiness.to_dict())
-            # Started once the container serves, while the first serving levels run: measured on 2 shared
-            # cores, three vLLM CPU engines starting at once took 290 s, one then two about half that.
-            self._start_companions()
+            if self.side_by_side:
+                # Started once the container serves, while the first serving levels run: measured on 2 shared
+                # cores, three vLLM CPU engines starting at once took 290 s, one then two about half that.
+                self._start_companions()
             if self.companions:
                 ev.measured["companions"] = {role: rc.plan.name for role, rc in self.companions.items()}
             ev.expected.update(served_model_name=self.plan.served_model_name,
@@ -336,10 +414,18 @@ class RuntimeSession:
         try:
             if self.runtime is None:
                 return None
-            record = self.runtime.stop()  # every container of the run: the companions too
-            for runtime in self.companions.values():
-                runtime.stop()  # joins its log copy; finds nothing left to remove
-            return record
+            first = self.runtime.stop()  # every container of the run: the companions too
+            records = [first] + [runtime.stop() for runtime in self.companions.values()]
+            for role in [self._current] if self._current is not None else []:
+                self._arm_stopped(role)
+            if len(records) == 1:
+                return first
+            # Arms stopped one after another each left their own record: the run's is all of them.
+            return c.Teardown(removed=[n for r in records for n in r.removed],
+                              left=sorted({n for r in records for n in r.left}),
+                              errors=[e for r in records for e in r.errors],
+                              exit_code=first.exit_code, status=first.status,
+                              duration_s=sum(r.duration_s for r in records))
         finally:
             self._signals.close()
 
@@ -385,6 +471,7 @@ class RuntimeSession:
             "server_log": str(self.log_path),
             "companions": {role: _companion_summary(rt, self.companion_errors.get(role))
                            for role, rt in self.companions.items()},
+            "arms": {"mode": "side-by-side" if self.side_by_side else "sequential", "timeline": self.timeline},
         }
 
 
@@ -426,9 +513,14 @@ def serving_summary(session: RuntimeSession) -> dict[str, Any]:
         "plugin": {"changes": list(plugin.CHANGES), "vllm_version": plugin.PLUGIN_VLLM_VERSION} if cpu else None,
         "target": {"path": str(spec.target) if spec is not None else None, "revision": session.plan.target_revision},
         "draft": {"path": served["mounted_from"], "revision": served["revision"]},
-        "source_draft": {"path": str(source.path), "revision": source.revision} if source is not None else None,
+        "source_draft": ({"path": str(source.path) if source.path is not None else None, "repo": source.repo,
+                          "revision": source.revision} if source is not None else None),
         "servers": servers,
     }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 
 def _companion_summary(rt: c.RuntimeContainer, error: str | None) -> dict[str, Any]:

@@ -455,6 +455,10 @@ class ConcurrencyRun:
     samples: Sequence[PairedSample]
     failures: Sequence[str]
     measured: Mapping[str, Any]  # how it was measured (wall times, where the figures came from)
+    # False where a sample is a batch of prompts (no per-request metrics under load): no category is decided.
+    per_category: bool = True
+    # The least number of samples, where it is not the profile's min_prompts (batches: an interval needs two).
+    min_prompts: int | None = None
 
 
 def paired_evidence(
@@ -489,7 +493,8 @@ def paired_evidence(
         for failure in run.failures:
             ev.add(f"at concurrency {run.concurrency}: {failure}")
         d = decide(run.samples, concurrency=run.concurrency, margin=margin, boot=boot,
-                   expected_categories=expected_categories, min_prompts=min_prompts)
+                   expected_categories=expected_categories if run.per_category else (),
+                   min_prompts=min_prompts if run.min_prompts is None else run.min_prompts)
         decisions.append(d)
         for finding in d.findings:
             ev.add(finding)

@@ -11,6 +11,11 @@ They are never taken on trust:
   (:class:`qualify.serving.counters.RequestBound`);
 - under load, the counters' move over the whole run must equal the sum of the responses'
   figures: anything else is another client's traffic or a miscount, and the run is not used;
+- under load on a server whose responses carry no per-request metrics (a launcher that cannot
+  pass the flag), the prompts go in consecutive batches of ``concurrency`` requests, the counters
+  read (settled) around each batch: a batch is the sample, both drafts get the same batches in
+  the same order, and the figure is a run-level ratio with an interval over the batches (no
+  per-category figure at that concurrency: those come from the one-at-a-time run);
 - every sample must satisfy the counting identities
   (:func:`qualify.serving.counters.identity_findings`).
 
@@ -43,7 +48,7 @@ from qualify.serving.counters import (
     unexplained_by_request,
 )
 from qualify.serving.paired import ConcurrencyRun, PairedDecision, PairedSample, paired_evidence
-from qualify.serving.prompt_sets import Prompt, load_prompt_set, set_identity
+from qualify.serving.prompt_sets import Prompt, load_entry, set_identity
 
 NO_PER_REQUEST = (f"the response carries no per-request speculative-decoding metrics, which requests in flight "
                   f"together need (start vLLM with {' '.join(PER_REQUEST_FLAG)})")
@@ -57,11 +62,16 @@ class DraftRun:
     deltas: dict[str, CounterDelta] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     wall_s: float = 0.0
-    source_of_figures: str = "response"  # "response" or "counters"
+    source_of_figures: str = "response"  # "response", "counters" or "counters per batch"
+    # Batch id -> the prompts it held, where the figures are per batch (no per-request metrics under load).
+    batches: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"concurrency": self.concurrency, "measured": len(self.deltas), "failures": list(self.failures),
-                "wall_s": self.wall_s, "figures_from": self.source_of_figures}
+        out = {"concurrency": self.concurrency, "measured": len(self.deltas), "failures": list(self.failures),
+               "wall_s": self.wall_s, "figures_from": self.source_of_figures}
+        if self.batches:
+            out["batches"] = {bid: list(ids) for bid, ids in self.batches.items()}
+        return out
 
 
 @dataclass(frozen=True)
@@ -187,10 +197,62 @@ def measure_draft(client: Any, endpoint: str, prompts: Sequence[Prompt], req: Re
     started = time.perf_counter()
     if concurrency == 1:
         _one_at_a_time(client, endpoint, prompts, req, run)
+    elif prompts and not _reports_per_request(client, prompts[0], req):
+        _in_batches(client, endpoint, prompts, req, run)
     else:
         _in_flight(client, endpoint, prompts, req, run)
     run.wall_s = time.perf_counter() - started
     return run
+
+
+def _reports_per_request(client: Any, probe: Prompt, req: Request) -> bool:
+    """Whether the server's responses carry per-request speculative-decoding metrics (one request, not counted).
+
+    Both drafts are probed alike, so the request changes nothing between them.
+    """
+    try:
+        c = cl.complete(client, req.model, probe, max_tokens=min(req.max_tokens, 16), temperature=req.temperature,
+                        timeout_s=req.timeout_s)
+    except ServingError:
+        return True  # the run itself will name the failure, request by request
+    return c.spec_decoding is not None
+
+
+def _in_batches(client: Any, endpoint: str, prompts: Sequence[Prompt], req: Request, run: DraftRun) -> None:
+    """Consecutive batches of ``run.concurrency`` prompts, all in flight together; the counters' move per batch."""
+    run.source_of_figures = "counters per batch"
+    size = run.concurrency
+    for start in range(0, len(prompts), size):
+        batch = tuple(prompts[start:start + size])
+        bid = f"batch-{start // size + 1:03d}"
+        run.batches[bid] = tuple(p.id for p in batch)
+        try:
+            before = cl.settled_counters(endpoint, req.model, timeout_s=req.timeout_s)
+            with ThreadPoolExecutor(max_workers=size) as pool:
+                done = list(pool.map(lambda p: cl.complete(client, req.model, p, max_tokens=req.max_tokens,
+                                                           temperature=req.temperature, timeout_s=req.timeout_s),
+                                     batch))
+            after = cl.settled_counters(endpoint, req.model, timeout_s=req.timeout_s)
+            delta = counter_delta(before, after)
+        except CountersMissing as exc:
+            run.failures.append(f"{bid}: {exc}")
+            return
+        except (CounterError, ServingError) as exc:
+            run.failures.append(f"{bid} ({', '.join(run.batches[bid])}): {exc}")
+            continue
+        problems = identity_findings(delta, proposal_length=req.proposal_length, full_block=req.full_block)
+        tokens = [c.completion_tokens for c in done]
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            # Each request's bound, summed: drafts <= sum(T - 1), drafts + accepted <= sum(T - 1 + k), which is
+            # one request's bound for T' = sum(T) - n + 1 tokens at proposal length n * k.
+            n = len(tokens)
+            excess = unexplained_by_request(delta, sum(tokens) - n + 1, n * req.proposal_length)
+            if excess:
+                problems.append(excess)
+        if problems:
+            run.failures.append(f"{bid}: " + "; ".join(problems))
+            continue
+        run.deltas[bid] = delta
 
 
 @dataclass
@@ -239,23 +301,23 @@ class LoadedSets:
 
 
 def load_sets(spec: PairedSpec) -> LoadedSets:
-    """Every ``[[paired.prompt_sets]]`` file, strictly (a missing or malformed file is a UsageError naming it).
+    """Every ``[[paired.prompt_sets]]`` entry, strictly: the shipped set or file it names, checked against the
+    sha256 the profile states (a missing, changed or malformed file is a UsageError naming it).
 
     Raises:
-        UsageError: a file is missing or malformed, or two sets have the same name.
+        UsageError: a file is missing, changed or malformed, or two sets have the same name.
     """
     prompts: list[tuple[str, Prompt]] = []
     identities = []
     names: dict[str, Path] = {}
     pairs: list[tuple[str, str]] = []
     for item in spec.prompt_sets:
-        full = load_prompt_set(item.path, item.format, name=item.name)
-        ps = load_prompt_set(item.path, item.format, name=item.name, limit=item.limit) if item.limit else full
+        ps, total = load_entry(item)
         if ps.name in names:
             raise UsageError(f"$.paired.prompt_sets: two sets are called {ps.name!r} ({names[ps.name]} and "
-                             f"{item.path}); give one a 'name'")
-        names[ps.name] = item.path
-        identities.append(set_identity(ps, item.format, total=len(full.prompts)))
+                             f"{ps.path}); give one a 'name'")
+        names[ps.name] = ps.path
+        identities.append(set_identity(ps, item.format, total=total))
         prompts += [(ps.name, p) for p in ps.prompts]
         pairs += [(ps.name, c) for c in ps.categories]
     sets = len(names)
@@ -276,49 +338,112 @@ def unique_ids(prompts: Sequence[tuple[str, Prompt]]) -> None:
         seen[p.id] = set_name
 
 
-def measure_paired(
-    candidate: tuple[Any, str], source: tuple[Any, str], sets: LoadedSets, spec: PairedSpec, req: Request,
-) -> list[ConcurrencyRun]:
-    """Both drafts at every concurrency of the profile; the candidate first, then the source, on the same prompts.
+def measure_side(client: Any, endpoint: str, sets: LoadedSets, spec: PairedSpec, req: Request) -> dict[int, DraftRun]:
+    """One draft's server at every concurrency of the profile, the prompts in the sets' order.
+
+    Both arms are measured by this same function, each while its server is the one serving,
+    so they see the same prompts in the same order.
 
     Args:
-        candidate: (client, endpoint) of the server with the checkpoint as its speculator.
-        source: (client, endpoint) of the server with the source draft, same target and settings.
+        client: an ``openai.OpenAI`` client for ``endpoint``.
+        endpoint: the server's API root.
         sets: the loaded prompt sets.
         spec: the profile's ``[paired]``.
         req: the model name, sampling and counting rules.
     """
     unique_ids(sets.prompts)
     prompts = [p for _, p in sets.prompts]
+    return {concurrency: measure_draft(client, endpoint, prompts, req, concurrency) for concurrency in spec.concurrency}
+
+
+def paired_runs(sets: LoadedSets, spec: PairedSpec, candidate: dict[int, DraftRun],
+                source: dict[int, DraftRun]) -> list[ConcurrencyRun]:
+    """Both drafts' runs paired by prompt at every concurrency of the profile (a missing run pairs nothing)."""
     out = []
     for concurrency in spec.concurrency:
-        cand = measure_draft(candidate[0], candidate[1], prompts, req, concurrency)
-        src = measure_draft(source[0], source[1], prompts, req, concurrency)
+        cand = candidate.get(concurrency) or _not_run(concurrency, "the candidate")
+        src = source.get(concurrency) or _not_run(concurrency, "the source draft")
+        measured = {"candidate": cand.to_dict(), "source": src.to_dict()}
+        if cand.batches or src.batches:
+            out.append(_paired_batches(concurrency, cand, src, spec, measured))
+            continue
         paired = pair(sets.prompts, src, cand)
-        out.append(ConcurrencyRun(concurrency, paired.samples, paired.failures,
-                                  {"candidate": cand.to_dict(), "source": src.to_dict()}))
+        out.append(ConcurrencyRun(concurrency, paired.samples, paired.failures, measured))
     return out
+
+
+def _paired_batches(concurrency: int, cand: DraftRun, src: DraftRun, spec: PairedSpec,
+                    measured: dict[str, Any]) -> ConcurrencyRun:
+    """Both drafts' batches paired by batch: a run-level ratio, with an interval over the batches."""
+    failures = [f"source draft: {f}" for f in src.failures] + [f"candidate: {f}" for f in cand.failures]
+    if cand.batches != src.batches:
+        failures.append("the two drafts were not measured on the same batches (one reports per-request metrics, "
+                        "the other does not, or the prompts differ): the batches cannot be paired")
+        return ConcurrencyRun(concurrency, [], failures, measured, per_category=False, min_prompts=2)
+    samples = []
+    for bid in cand.batches:
+        s, c = src.deltas.get(bid), cand.deltas.get(bid)
+        if s is not None and c is not None:
+            samples.append(PairedSample(bid, "all", "batch", s, c))
+        else:
+            failures.append(f"{bid}: not measured with both drafts: it cannot be paired")
+    covered = sum(len(cand.batches[s.prompt_id]) for s in samples)
+    if covered < spec.min_prompts:
+        failures.append(f"the paired batches cover {covered} prompts, fewer than the profile's min_prompts "
+                        f"{spec.min_prompts}")
+    measured["method"] = (f"run-level: no per-request metrics in the responses, so prompts went in batches of "
+                          f"{concurrency}, the /metrics counters read around each; {len(samples)} batches paired, "
+                          f"{covered} prompts; the interval is over batches; per-category figures come from "
+                          "concurrency 1")
+    return ConcurrencyRun(concurrency, samples, failures, measured, per_category=False, min_prompts=2)
+
+
+def _not_run(concurrency: int, who: str) -> DraftRun:
+    run = DraftRun(concurrency)
+    run.failures.append(f"{who} was not measured at concurrency {concurrency}")
+    return run
+
+
+def paired_decision(
+    sets: LoadedSets, spec: PairedSpec, req: Request, candidate: dict[int, DraftRun], source: dict[int, DraftRun],
+    *, endpoints: dict[str, str], extra_measured: dict[str, Any] | None = None,
+) -> tuple[Evidence, list[PairedDecision]]:
+    """The paired level's decision from both drafts' measured runs.
+
+    Args:
+        sets: the loaded prompt sets.
+        spec: the profile's ``[paired]``.
+        req: the request and counting rules both sides were measured with.
+        candidate: the checkpoint's runs by concurrency.
+        source: the source draft's runs by concurrency.
+        endpoints: where each side was served (``candidate``, ``source``).
+        extra_measured: what else the evidence records.
+    """
+    runs = paired_runs(sets, spec, candidate, source)
+    boot = Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed)
+    extra = {"prompt_sets": list(sets.identities),
+             "requests": {"max_tokens": req.max_tokens, "temperature": req.temperature,
+                          "proposal_length": req.proposal_length, "full_block": req.full_block},
+             "endpoints": endpoints, **(extra_measured or {})}
+    return paired_evidence(runs, margin=spec.margin, boot=boot, expected_categories=sets.categories,
+                           min_prompts=spec.min_prompts, extra_measured=extra)
 
 
 def paired_level(
     candidate: tuple[Any, str], source: tuple[Any, str], spec: PairedSpec, req: Request, *,
     extra_measured: dict[str, Any] | None = None,
 ) -> tuple[Evidence, list[PairedDecision]]:
-    """The paired level from end to end: load the sets, measure both drafts at every concurrency, decide.
+    """The paired level from end to end with both servers up: load the sets, measure each side, decide.
 
     Raises:
         UsageError: a prompt set is missing or malformed.
     """
     sets = load_sets(spec)
-    runs = measure_paired(candidate, source, sets, spec, req)
-    boot = Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed)
-    extra = {"prompt_sets": list(sets.identities),
-             "requests": {"max_tokens": req.max_tokens, "temperature": req.temperature,
-                          "proposal_length": req.proposal_length, "full_block": req.full_block},
-             "endpoints": {"candidate": candidate[1], "source": source[1]}, **(extra_measured or {})}
-    return paired_evidence(runs, margin=spec.margin, boot=boot, expected_categories=sets.categories,
-                           min_prompts=spec.min_prompts, extra_measured=extra)
+    cand = measure_side(candidate[0], candidate[1], sets, spec, req)
+    src = measure_side(source[0], source[1], sets, spec, req)
+    return paired_decision(sets, spec, req, cand, src, endpoints={"candidate": candidate[1], "source": source[1]},
+                           extra_measured=extra_measured)
 
 
 __all__ = ["NO_PER_REQUEST", "DraftRun", "LoadedSets", "PairedRun", "Request", "load_sets", "measure_draft",
-           "measure_paired", "pair", "paired_level"]
+           "measure_side", "pair", "paired_decision", "paired_level", "paired_runs"]

@@ -5,6 +5,7 @@ Pure: the plans are compared variable by variable and mount by mount with the lo
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,7 @@ def test_companions_start_with_the_runtime_and_leave_with_it(docker_client: Any,
     from tests.docker_support import CANDIDATE, docker_ps, fixture_variant
     from tests.helpers import FIXTURE
 
-    profile = load_profile(fixture_variant(tmp_path))
+    profile = load_profile(fixture_variant(tmp_path, arms="side-by-side"))
     source = comp.SourceDraft(FIXTURE / "source", "org/source", folder_revision(FIXTURE / "source"))
     run_id = f"test-{uuid.uuid4().hex[:10]}"
     # The stand-in always drafts: the reference (no DFLASH_MODEL) is refused, and the refusal is quoted.
@@ -143,7 +144,52 @@ def test_companions_start_with_the_runtime_and_leave_with_it(docker_client: Any,
     assert summary["kind"] == "runtime" and set(summary["servers"]) == {"speculative", "source", "reference"}
     assert summary["servers"]["speculative"]["container"] == session.plan.name
     assert "missing required environment" in summary["servers"]["reference"]["error"]
-    assert summary["source_draft"] == {"path": str(FIXTURE / "source"), "revision": source.revision}
+    assert summary["source_draft"] == {"path": str(FIXTURE / "source"), "repo": "org/source",
+                                       "revision": source.revision}
+
+
+@pytest.mark.docker
+def test_arms_one_after_another_never_overlap(docker_client: Any, standin: str, tmp_path: Path) -> None:
+    from qualify.checkpoint.checksums import folder_revision
+    from qualify.errors import RuntimeNotStarted
+    from qualify.runtime.session import RuntimeSession
+    from tests.docker_support import CANDIDATE, docker_ps, fixture_variant
+    from tests.helpers import FIXTURE
+
+    profile = load_profile(fixture_variant(tmp_path))  # the default: one arm at a time
+    assert not profile.arms_side_by_side
+    source = comp.SourceDraft(FIXTURE / "source", "org/source", folder_revision(FIXTURE / "source"))
+    run_id = f"test-{uuid.uuid4().hex[:10]}"
+    session = RuntimeSession(profile, run_id=run_id, log_dir=tmp_path, draft_revision=CANDIDATE,
+                             checkpoint_dir=FIXTURE / "mxfp8", allow_unpinned=True,
+                             companions={comp.SOURCE: source, comp.REFERENCE: None}, cores=(0, 1))
+    try:
+        assert session.start().ok and session.ready().ok
+        # Ready, and alone: no companion started beside it, and all cores are its own.
+        assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == [session.plan.name]
+        assert comp.CORE_BIND_VAR not in session.plan.env_dict
+        assert session.arm_endpoint(comp.CHECKPOINT) == session.plan.endpoint
+        endpoint = session.arm_endpoint(comp.SOURCE)
+        # The checkpoint's container was removed before the source's started; its log stays readable.
+        assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == [f"{session.plan.name}-source"]
+        assert endpoint != session.plan.endpoint
+        assert "Loading DFlash draft qualify-fixtures/dflash2-tiny-mxfp8" in session.server_logs()["runtime"]()
+        with pytest.raises(RuntimeNotStarted, match="was stopped for the next arm; an arm runs once"):
+            session.arm_endpoint(comp.CHECKPOINT)
+        # The stand-in refuses a server without a draft: the refusal is the arm's reason, and nothing is left.
+        with pytest.raises(RuntimeNotStarted, match=r"the reference server did not start: .*missing required "
+                                                    r"environment"):
+            session.arm_endpoint(comp.REFERENCE)
+        assert docker_ps(f"{labels.LABEL_RUN}={run_id}") in ([], [f"{session.plan.name}-reference"])
+    finally:
+        record = session.close()
+    assert record is not None and record.ok, record
+    assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == []
+    timeline = session.summary()["arms"]["timeline"]
+    assert [t["arm"] for t in timeline] == ["checkpoint", "source", "reference"]
+    # At no instant two at once: each arm started after the one before it was stopped.
+    for before, after in itertools.pairwise(timeline):
+        assert before["stopped"] is not None and before["stopped"] <= after["started"], timeline
 
 
 def test_usable_cores_are_this_processes_affinity_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

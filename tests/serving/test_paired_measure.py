@@ -55,14 +55,34 @@ def test_a_worse_candidate_fails_at_both_concurrencies() -> None:
 
 
 @pytest.mark.slow
-def test_without_per_request_metrics_batch_1_uses_the_counters_and_load_is_a_finding() -> None:
+def test_without_per_request_metrics_load_is_measured_per_batch_and_said_so() -> None:
     with fault_server(accepted=5) as cand, fault_server(accepted=5) as src:
         ev, decisions = level(cand, src, spec())
-    assert decisions[0].ok  # type: ignore[attr-defined]
-    assert ev.measured["concurrency"]["1"]["measured"]["candidate"]["figures_from"] == "counters"  # type: ignore
-    findings = [str(f) for f in ev.findings]  # type: ignore[attr-defined]
-    assert findings and all(f.startswith("at concurrency 4:") for f in findings)
-    assert any("--per-request-spec-decode-metrics summary" in f for f in findings)
+    assert ev.ok, ev.findings  # type: ignore[attr-defined]
+    assert [d.ok for d in decisions] == [True, True]  # type: ignore[attr-defined]
+    m = ev.measured  # type: ignore[attr-defined]
+    assert m["concurrency"]["1"]["measured"]["candidate"]["figures_from"] == "counters"
+    at_load = m["concurrency"]["4"]
+    assert at_load["measured"]["candidate"]["figures_from"] == "counters per batch"
+    assert at_load["measured"]["candidate"]["batches"] == at_load["measured"]["source"]["batches"]
+    assert [row["prompt"] for row in at_load["per_prompt"]] == ["batch-001", "batch-002"]
+    assert "run-level: no per-request metrics in the responses, so prompts went in batches of 4" in \
+        at_load["measured"]["method"]
+
+
+@pytest.mark.slow
+def test_without_per_request_metrics_a_worse_candidate_fails_at_load_too() -> None:
+    with fault_server(accepted=3) as cand, fault_server(accepted=5) as src:
+        ev, decisions = level(cand, src, spec(concurrency=(4,)))
+    text = "\n".join(str(f) for f in ev.findings)  # type: ignore[attr-defined]
+    assert "at concurrency 4, overall: acceptance rate of the candidate relative to the source draft" in text
+
+
+def test_batches_that_cannot_be_paired_fail_naming_why() -> None:
+    with fault_server(accepted=5) as cand, fault_server(per_request=True, accepted=5) as src:
+        ev, _ = level(cand, src, spec(concurrency=(4,)))
+    text = "\n".join(str(f) for f in ev.findings)  # type: ignore[attr-defined]
+    assert "the two drafts were not measured on the same batches" in text
 
 
 @pytest.mark.slow
@@ -105,6 +125,6 @@ def test_several_sets_need_distinct_names_and_ids(tmp_path: Path) -> None:
         pm.load_sets(spec(sets=(PromptSetSpec(a, "humaneval", None, None), PromptSetSpec(a, "humaneval", None, None))))
     sets = pm.load_sets(spec(sets=(PromptSetSpec(a, "humaneval", "he-a", None), PromptSetSpec(a, "humaneval", "he-b",
                                                                                            None))))
-    assert sets.categories == ("he-a/humaneval", "he-b/humaneval")
+    assert sets.categories == ("he-a/code", "he-b/code")
     with pytest.raises(UsageError, match="prompt id 'T/0' is in both 'he-a' and 'he-b'"):
         pm.unique_ids(sets.prompts)

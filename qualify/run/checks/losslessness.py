@@ -2,38 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qualify import errors
 from qualify.core import Evidence
-from qualify.profile import AcceptanceSpec, LosslessnessSpec
+from qualify.profile import LosslessnessSpec
+from qualify.run.arms import ArmResult, required
+from qualify.runtime.companions import CHECKPOINT, REFERENCE
 from qualify.serving import client as serving
 from qualify.serving import prompt_sets as ps
 from qualify.serving.specdecode import OutputPair, losslessness_evidence
 
 
-def greedy_identical(openai_client: Any, endpoint: str, reference_endpoint: str, served_model: str,
-                     prompt_set: ps.PromptSet, losslessness_spec: LosslessnessSpec,
-                     acceptance_spec: AcceptanceSpec, server_info: dict[str, Any]) -> Evidence:
-    """Every prompt at temperature 0 on the speculative server and on the reference; the outputs paired by prompt."""
-    timeout = acceptance_spec.request_timeout_s
-    reference = serving.make_client(reference_endpoint)
-    spec_out, spec_fail = serving.greedy_outputs(openai_client, served_model, prompt_set.prompts,
-                                                 max_tokens=losslessness_spec.max_tokens, timeout_s=timeout)
-    ref_out, ref_fail = serving.greedy_outputs(reference, served_model, prompt_set.prompts,
-                                               max_tokens=losslessness_spec.max_tokens, timeout_s=timeout)
+def greedy_identical(losslessness_outputs: Mapping[str, ArmResult], prompt_set: ps.PromptSet,
+                     losslessness_spec: LosslessnessSpec, server_info: dict[str, Any]) -> Evidence:
+    """Every prompt at temperature 0 on the speculative arm and on the target alone; the outputs paired by prompt.
+
+    Raises:
+        RuntimeNotStarted: an arm did not serve (its reason).
+    """
+    sides = required(losslessness_outputs, (CHECKPOINT, REFERENCE))
+    (spec_out, spec_fail), (ref_out, ref_fail) = sides[CHECKPOINT], sides[REFERENCE]
     pairs = [
         OutputPair(p.id, p.category, spec_out[p.id].token_ids if p.id in spec_out else None,
-                      ref_out[p.id].token_ids if p.id in ref_out else None)
+                   ref_out[p.id].token_ids if p.id in ref_out else None)
         for p in prompt_set.prompts
     ]
+    reference_endpoint = str(losslessness_outputs[REFERENCE].endpoint)
     extra = {"prompt_set": prompt_set.identity(), "server": server_info,
              "reference": {"endpoint": reference_endpoint, "version": _version(reference_endpoint)}}
     return losslessness_evidence(pairs, min_identical_fraction=losslessness_spec.min_identical_fraction,
-                                    max_tokens=losslessness_spec.max_tokens,
-                                    failures=[f"speculative: {f}" for f in spec_fail] +
-                                             [f"reference: {f}" for f in ref_fail],
-                                    extra_measured=extra)
+                                 max_tokens=losslessness_spec.max_tokens,
+                                 failures=[f"speculative: {f}" for f in spec_fail] +
+                                          [f"reference: {f}" for f in ref_fail],
+                                 extra_measured=extra)
 
 
 def _version(url: str) -> dict[str, Any]:

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from qualify.core import Evidence
 from qualify.profile import ThroughputSpec
+from qualify.run.arms import ArmResult, required
 from qualify.run.checks.result import Measured
-from qualify.serving import client as serving
+from qualify.runtime.companions import CHECKPOINT
 from qualify.serving import prompt_sets as ps
 from qualify.serving.throughput import throughput_evidence
 
 
-def serving_throughput(openai_client: Any, served_model: str, prompt_set: ps.PromptSet,
+def serving_throughput(throughput_run: Mapping[str, ArmResult], prompt_set: ps.PromptSet,
                        throughput_spec: ThroughputSpec, server_info: dict[str, Any]) -> Evidence | Measured:
-    """Streamed requests at the profile's concurrency: output tokens/s, time to first token, inter-token latency."""
-    measured = serving.measure_throughput(
-        openai_client, served_model, prompt_set.prompts, max_tokens=throughput_spec.max_tokens,
-        temperature=throughput_spec.temperature, concurrency=throughput_spec.concurrency,
-        timeout_s=throughput_spec.request_timeout_s, rounds=throughput_spec.rounds,
-    )
+    """Streamed requests at the profile's concurrency: output tokens/s, time to first token, inter-token latency.
+
+    Raises:
+        RuntimeNotStarted: the checkpoint's arm did not serve (its reason).
+    """
+    measured = dict(required(throughput_run, (CHECKPOINT,))[CHECKPOINT])
     measured.update(prompts=prompt_set.identity(), server=server_info)
     evidence, gated = throughput_evidence(
         measured, min_output_tokens_per_s=throughput_spec.min_output_tokens_per_s,

@@ -1,9 +1,10 @@
-"""qualify.run.checks.losslessness: every prompt goes to the speculative server and to the reference with the
-same size and timeout, and the outputs are paired by prompt (the comparison itself is tested in
-tests/serving/test_specdecode.py)."""
+"""qualify.run.checks.losslessness: every prompt goes to the speculative arm and to the reference arm with the
+same size and timeout (the run's arm jobs), and the outputs are paired by prompt (the comparison itself is
+tested in tests/serving/test_specdecode.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,12 +12,14 @@ import pytest
 
 from qualify import errors
 from qualify.profile import Profile, load_profile
+from qualify.run.arm_jobs import arm_jobs
+from qualify.run.arms import Arms, GivenArms
 from qualify.run.checks.losslessness import greedy_identical
 from qualify.serving import client as serving
 from qualify.serving import prompt_sets as ps
 
 SPECULATIVE, REFERENCE = object(), object()
-REFERENCE_URL = "http://127.0.0.1:9/v1"
+SPECULATIVE_URL, REFERENCE_URL = "http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,6 @@ def _serve(monkeypatch: pytest.MonkeyPatch, outputs: dict[object, tuple[dict[str
             raise version
         return dict(version)
 
-    monkeypatch.setattr(serving, "make_client", lambda url: REFERENCE if url == REFERENCE_URL else None)
     monkeypatch.setattr(serving, "greedy_outputs", greedy_outputs)
     monkeypatch.setattr(serving, "fetch_version", fetch_version)
     return calls
@@ -52,8 +54,11 @@ def _serve(monkeypatch: pytest.MonkeyPatch, outputs: dict[object, tuple[dict[str
 
 def _run(profile: Profile, prompts: ps.PromptSet) -> Any:
     assert profile.losslessness is not None and profile.acceptance is not None
-    return greedy_identical(SPECULATIVE, "http://127.0.0.1:8/v1", REFERENCE_URL, "m", prompts, profile.losslessness,
-                            profile.acceptance, {"endpoint": "http://127.0.0.1:8/v1"})
+    servers = GivenArms({"checkpoint": lambda: SPECULATIVE_URL, "reference": lambda: REFERENCE_URL})
+    arms = Arms(servers, arm_jobs(profile, {"losslessness"}),
+                lambda url: SPECULATIVE if url == SPECULATIVE_URL else REFERENCE)
+    return greedy_identical(arms.results("losslessness"), prompts, profile.losslessness,
+                            {"endpoint": SPECULATIVE_URL})
 
 
 def test_identical_outputs_pass_and_name_both_servers(monkeypatch: pytest.MonkeyPatch, profile: Profile,
@@ -85,3 +90,19 @@ def test_a_diverging_prompt_and_each_sides_failures_are_findings(monkeypatch: py
     row = next(r for r in evidence.measured["per_prompt"] if r["prompt"] == first.id)
     assert row["identical"] is False and row["first_divergence"] == 2
     assert evidence.measured["reference"]["version"] == {"error": "no /version"}
+
+
+def test_a_reference_arm_that_did_not_serve_fails_the_check_naming_it(profile: Profile,
+                                                                      prompts: ps.PromptSet) -> None:
+    def down() -> str:
+        raise errors.RuntimeNotStarted("the reference server did not start: port taken")
+
+    same = {p.id: SimpleNamespace(token_ids=(1,)) for p in prompts.prompts}
+    jobs = [job for job in arm_jobs(profile, {"losslessness"})]
+    arms = Arms(GivenArms({"checkpoint": lambda: SPECULATIVE_URL, "reference": down}),
+                [dataclasses.replace(job, measure=lambda client, url: (same, [])) for job in jobs], lambda url: None)
+    assert profile.losslessness is not None
+    with pytest.raises(errors.RuntimeNotStarted, match="the reference arm did not serve: the reference server did "
+                                                       "not start: port taken"):
+        greedy_identical(arms.results("losslessness"), prompts, profile.losslessness, {})
+    assert arms.order == ["checkpoint"]

@@ -12,6 +12,8 @@ import pytest
 
 from qualify.core import Evidence
 from qualify.profile import Profile, load_profile
+from qualify.run.arm_jobs import arm_jobs
+from qualify.run.arms import Arms, GivenArms
 from qualify.run.checks.result import Measured
 from qualify.run.checks.speedup import speculative_speedup
 from qualify.serving import client as serving
@@ -19,7 +21,7 @@ from qualify.serving import paired_measure as pm
 from qualify.serving import prompt_sets as ps
 
 SPECULATIVE, PLAIN = "speculative client", "plain client"
-REFERENCE_URL = "http://127.0.0.1:9/v1"
+SPECULATIVE_URL, REFERENCE_URL = "http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +40,16 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
         return {"output_tokens_per_s": rate, "output_tokens": 640, "itl_s": {"mean": 0.01}}
 
     monkeypatch.setattr(pm, "load_sets", lambda spec: SimpleNamespace(prompts=prompts))
-    monkeypatch.setattr(serving, "make_client", lambda url: PLAIN if url == REFERENCE_URL else None)
     monkeypatch.setattr(serving, "measure_throughput", measure_throughput)
     return seen
 
 
 def _run(profile: Profile, **speedup: Any) -> Evidence | Measured:
     assert profile.paired is not None and profile.speedup is not None
-    return speculative_speedup(SPECULATIVE, REFERENCE_URL, "m", profile.paired,
-                               dataclasses.replace(profile.speedup, **speedup), {"endpoint": "e"})
+    spec = dataclasses.replace(profile.speedup, **speedup)
+    arms = Arms(GivenArms({"checkpoint": lambda: SPECULATIVE_URL, "reference": lambda: REFERENCE_URL}),
+                arm_jobs(profile, {"speedup"}), lambda url: PLAIN if url == REFERENCE_URL else SPECULATIVE)
+    return speculative_speedup(arms.results("speedup"), spec, {"endpoint": "e"})
 
 
 def test_both_sides_at_each_paired_concurrency_on_the_first_prompts(calls: list[tuple[str, int, int]],
@@ -56,7 +59,8 @@ def test_both_sides_at_each_paired_concurrency_on_the_first_prompts(calls: list[
     assert isinstance(result, Measured)
     assert result.not_qualified_because == "the profile states no min_speedup"
     n = min(profile.speedup.prompts, 50)
-    assert calls == [(side, c, n) for c in profile.paired.concurrency for side in (SPECULATIVE, PLAIN)]
+    # One arm after the other: every concurrency on the speculative arm, then on the target alone.
+    assert calls == [(side, c, n) for side in (SPECULATIVE, PLAIN) for c in profile.paired.concurrency]
     assert result.evidence.measured["reference_endpoint"] == REFERENCE_URL
     assert {row["speedup"] for row in result.evidence.measured["concurrency"].values()} == {1.2}
 

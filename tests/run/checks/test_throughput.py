@@ -10,6 +10,8 @@ import pytest
 
 from qualify.core import Evidence
 from qualify.profile import Profile, ThroughputSpec, load_profile
+from qualify.run.arm_jobs import arm_jobs
+from qualify.run.arms import Arms, GivenArms
 from qualify.run.checks.result import Measured
 from qualify.run.checks.throughput import serving_throughput
 from qualify.serving import client as serving
@@ -39,7 +41,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 def _run(spec: ThroughputSpec, profile: Profile) -> Evidence | Measured:
     assert profile.acceptance is not None
     prompts = ps.load_prompts(profile.acceptance.prompts)
-    return serving_throughput(None, "m", prompts, spec, {"endpoint": "http://127.0.0.1:8/v1"})
+    # The bounds differ between the calls; what is measured is the profile's (its jobs read it).
+    arms = Arms(GivenArms({"checkpoint": lambda: "http://127.0.0.1:8/v1"}), arm_jobs(profile, {"throughput"}),
+                lambda url: None)
+    return serving_throughput(arms.results("throughput"), prompts, spec, {"endpoint": "http://127.0.0.1:8/v1"})
 
 
 def test_with_no_bound_it_is_measured_not_qualified(calls: list[dict[str, Any]], profile: Profile) -> None:
