@@ -45,16 +45,19 @@ class AcceptanceSpec:
     bootstrap_resamples: int
     bootstrap_seed: int
     request_timeout_s: float
+    prompts_sha256: str | None = None  # the prompt file's digest the profile states; its bytes must have it
 
 
 @dataclass(frozen=True)
 class PromptSetSpec:
-    """One ``[[paired.prompt_sets]]`` entry: a local file in its published format."""
+    """One ``[[paired.prompt_sets]]`` entry: a set shipped with the harness, or a local file, in its format."""
 
-    path: Path  # resolved against the profile's folder
+    path: Path | None  # resolved against the profile's folder; None for a shipped set
     format: str  # one of qualify.serving.prompt_sets.FORMATS
     name: str | None
     limit: int | None
+    sha256: str | None = None  # the file's digest the profile states; its bytes must have it
+    shipped: str | None = None  # the name of a set shipped with the harness (qualify.serving.prompt_sets)
 
 
 @dataclass(frozen=True)

