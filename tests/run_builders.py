@@ -78,9 +78,17 @@ def verified_identity(repo: str | None, revision: str | None, method: str = "hub
             "manifest_repo": manifest_repo or repo, "manifest_revision": revision}
 
 
+def enforced_target(revision: str | None, method: str = "pinned-snapshot") -> dict[str, Any]:
+    """The plan's record of a target held to ``revision`` (qualify.runtime.plan.TargetPin.to_dict), as a release
+    run records it: for the seed, a pinned snapshot (--target-snapshot); for the CPU profiles, MODEL_REVISION."""
+    return {"revision": revision, "enforced": True, "method": method,
+            "variable": "MODEL_REVISION" if method == "launcher-env" else None, "snapshot": None, "reason": None}
+
+
 def make_run(profile: str = SEED, *, run_id: str = "r-1", files: list[dict[str, Any]] | None = None,
              revision: str | None = DRAFT_REVISION) -> Run:
     p = load_profile(profile)
+    target = enforced_target(p.target.revision if p.target else None)
     return Run(
         run_id=run_id, harness_version="0.1.0", started_at="2026-09-01T00:00:00Z",
         finished_at="2026-09-01T01:00:00Z",
@@ -89,7 +97,8 @@ def make_run(profile: str = SEED, *, run_id: str = "r-1", files: list[dict[str, 
                     "manifest_sha256": "2" * 64, "files": [dict(f) for f in (FILES if files is None else files)]},
         source={"path": "/src", "files": [{"path": "model.safetensors", "sha256": "5" * 64, "size": 2_400_000_000}],
                 "identity": verified_identity(p.source_repo, p.source_revision)},
-        environment={"python": "3.11.7", "platform": "Linux", "packages": {"torch": "2.13.0"}},
+        environment={"python": "3.11.7", "platform": "Linux", "packages": {"torch": "2.13.0"},
+                     "runtime": {"plan": {"target_revision_enforcement": target}}},
     )
 
 

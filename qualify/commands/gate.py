@@ -34,8 +34,9 @@ exit codes:
   1  refused: one line per reason (no or a bad signature, a file changed, missing or added after signing, a
      level not passed or missing, a level run on a stand-in or resting on a server log the caller gave, a
      made-up or missing check, a profile this harness does not ship, an edited one or not the --profile one,
-     an unverified revision, an interrupted run, a harness error, a statement made by another commit of the
-     harness or, with --release-policy, by uncommitted harness code, an unsigned report without --allow-unsigned)
+     an unverified revision, a target revision the run did not enforce (without --accept-unpinned-target), an
+     interrupted run, a harness error, a statement made by another commit of the harness or, with
+     --release-policy, by uncommitted harness code, an unsigned report without --allow-unsigned)
   2  usage error: no such file, a path that is not a regular file (a FIFO, a socket, a device), an unreadable
      key, an unknown level, no identity to compare, a --profile this harness does not ship
 """
@@ -78,6 +79,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the commit about to be released: must equal the draft revision the run verified (40 hex)")
     p.add_argument("--allow-unpinned", action="store_true",
                    help="accept a run whose runtime ran from a moving image tag or revision (not reproducible)")
+    p.add_argument("--accept-unpinned-target", action="store_true",
+                   help="accept a run whose runtime was not held to the target's pinned revision (the profile's "
+                   "launcher takes no revision variable and no --target-snapshot was mounted): the target revision "
+                   "is then only claimed, and the pass line says WARNING: target revision not enforced. Never "
+                   "implied, under --release-policy too: a release accepts it only by this flag")
     p.add_argument("--allow-untrusted-source", action="store_true",
                    help="accept a run whose source folder was trusted on --trust-local-source without proof of its "
                    "identity")
@@ -222,7 +228,13 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
         verify_envelope,
     )
     from qualify.release.checklist import level_checks
-    from qualify.release.gate import Expected, attestation_refusals, check_revision_argument
+    from qualify.release.gate import (
+        Expected,
+        attestation_refusals,
+        attested_target,
+        check_revision_argument,
+        target_warning,
+    )
     from qualify.release.signing import key_fingerprint, load_verify_key, verify_model_signature
     from qualify.util.provenance import harness_source
 
@@ -245,7 +257,8 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
                            f"{(signed or '(none)')[:12]}...): it was altered after signing or belongs to another run")
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
                         allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
-                        harness_commit=harness_source().commit, committed_harness=args.release_policy)
+                        harness_commit=harness_source().commit, committed_harness=args.release_policy,
+                        accept_unpinned_target=args.accept_unpinned_target)
     reasons += attestation_refusals(att, expected, version=__version__, defined=level_checks())
     signature = att.config.get(MODEL_SIGNATURE)
     if signature is not None:
@@ -269,6 +282,9 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
         what.append(f"revision {revision} verified by the run ({att.annotation('draft', 'revisionVerifiedBy')})")
     if att.harness_commit is not None:
         what.append(f"harness commit {att.harness_commit}")
+    warning = target_warning(*attested_target(att), expected)
+    if warning is not None:
+        what.append(warning)
     print(escape_terminal(f"qualified: {', '.join(required)} passed in run {att.annotation(REPORT, 'runId')} under "
                           f"{_profile_words(profile)}, attestation signed by {fingerprint}; {'; '.join(what)}"))
     return EXIT_QUALIFIED
@@ -277,7 +293,14 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
 def _gate_report(args: argparse.Namespace) -> int:
     from qualify import __version__
     from qualify.release.checklist import level_checks
-    from qualify.release.gate import Expected, check_revision_argument, refusals, stored_contradictions
+    from qualify.release.gate import (
+        Expected,
+        check_revision_argument,
+        refusals,
+        report_target,
+        stored_contradictions,
+        target_warning,
+    )
     from qualify.report.model import Run, read_json_data
 
     revision = check_revision_argument(args.revision) if args.revision is not None else None
@@ -295,7 +318,8 @@ def _gate_report(args: argparse.Namespace) -> int:
         return _refuse(reasons, unsigned=True)
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
                         allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
-                        defined_checks=level_checks(), harness_version=__version__)
+                        defined_checks=level_checks(), harness_version=__version__,
+                        accept_unpinned_target=args.accept_unpinned_target)
     reasons = stored_contradictions(stored, report)
     reasons += refusals(report, expected)
     if reasons:
@@ -308,6 +332,9 @@ def _gate_report(args: argparse.Namespace) -> int:
         what.append(f"{matched} files in {args.checkpoint} match the report")
     if revision is not None:
         what.append(f"revision {revision} matches")
+    warning = target_warning(*report_target(report), expected)
+    if warning is not None:
+        what.append(warning)
     what.append(UNSIGNED)
     print(escape_terminal(f"qualified: {', '.join(required)} passed in report {report.run_id} under "
                           f"{_profile_words(profile)}; {'; '.join(what)}"))

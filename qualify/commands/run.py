@@ -63,6 +63,12 @@ def add_run_arguments(p: argparse.ArgumentParser, *, levels_default: str) -> Non
                          "runtime mounts it read-only")
     runtime.add_argument("--target", type=Path, help="a local target folder for the local vLLM servers of a "
                          "[local_server] of kind vllm-cpu")
+    runtime.add_argument("--target-snapshot", type=Path, metavar="DIR",
+                         help="the target as a hub-cache snapshot folder at [target].revision "
+                         "(.../models--OWNER--NAME/snapshots/<revision>): mounted read-only, MODEL pointed at it, "
+                         "the hub offline, so the runtime loads exactly that revision (the report then says the "
+                         "target revision was enforced; without it, or a launcher revision variable the profile "
+                         "declares, it is not, and qualify gate refuses the run)")
     runtime.add_argument("--endpoint", help="OpenAI-compatible endpoint of a server already running (default: the "
                          "runtime this run launches)")
     runtime.add_argument("--reference-endpoint", help="the target served without a speculator (losslessness)")
@@ -118,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         profile=profile, levels=parse_levels(args.levels, default), report_dir=args.report_dir,
         checkpoint=args.checkpoint, source=args.source, target=args.target, draft_revision=args.draft_revision,
         image_digest=args.image_digest, allow_unpinned=args.allow_unpinned, hf_cache=args.hf_cache,
+        target_snapshot=args.target_snapshot,
         trust_local_source=args.trust_local_source,
         endpoint=args.endpoint, reference_endpoint=args.reference_endpoint, source_endpoint=args.source_endpoint,
         # Absolute: the suites may read them from another working directory.

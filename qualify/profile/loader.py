@@ -164,6 +164,13 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
     if "dflash" in data:
         agree("NUM_SPECULATIVE_TOKENS", data["dflash"]["proposal_length"], "$.dflash.proposal_length")
         agree("DFLASH_KV_CACHE_DTYPE", data["dflash"]["kv_cache"], "$.dflash.kv_cache")
+    var = runtime.get("target_revision_env")
+    if var is not None:
+        target_revision = (data.get("target") or {}).get("revision")
+        if not target_revision:
+            out.append(f"$.runtime.target_revision_env: names {var}, but $.target.revision pins no revision for it")
+        elif env.get(var, "") not in ("", target_revision):
+            agree(var, target_revision, "$.target.revision")
     pinned = data["checkpoint"]["revision"]
     if pinned and env["DFLASH_MODEL_REVISION"] not in ("", pinned):
         agree("DFLASH_MODEL_REVISION", pinned, "$.checkpoint.revision")

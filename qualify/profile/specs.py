@@ -158,6 +158,9 @@ class RuntimeSpec:
     startup_timeout_s: float | None  # None: the harness default
     env: Mapping[str, str]  # the published serving command's environment
     qualification_overrides: Mapping[str, str]  # what the qualification launch changes in it
+    #: The launcher's variable that pins the target's revision (``$.runtime.target_revision_env``), set to
+    #: ``[target].revision`` by every launch; None where the launcher takes none (then nothing enforces it).
+    target_revision_env: str | None = None
 
 
 @dataclass(frozen=True)

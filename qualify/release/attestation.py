@@ -15,7 +15,9 @@ the release gate verifies the signature before it trusts a word of it.
   ``required`` and ``status``, with ``standIn: true`` for a level the profile ran on a
   stand-in and ``logsGivenBy`` for one resting on a server log the caller gave: neither
   counts for a release), ``profile`` (its sha256 and name), ``draft`` (its revision and
-  whether the run verified that revision against the bytes), ``source``, ``target``,
+  whether the run verified that revision against the bytes), ``source``, ``target`` (a ``gitCommit``
+  digest only where the launch held the runtime to that revision, ``revisionEnforced`` and how; else
+  no digest, ``revisionEnforced: false``, the revision as ``claimedRevision`` and the reason),
   ``runtime-image`` (the image ID the runtime ran), ``prompts/<name>`` (each prompt set's
   sha256) and, with ``--sign-model``,
   ``model-signature`` (the OpenSSF model-signing bundle and its root digest).
@@ -40,6 +42,7 @@ from typing import Any
 
 from qualify.errors import AttestationError, HarnessError, JsonProblem
 from qualify.release.signing import PAYLOAD_TYPE, SigningKey, sign_model, sign_statement, sslib_key
+from qualify.report.target import target_revision_record
 from qualify.util.atomic import atomic_write_text
 from qualify.util.jsonio import located, parse_strict
 
@@ -99,6 +102,27 @@ def _source_descriptor(source: dict[str, Any]) -> dict[str, Any]:
     return _descriptor(SOURCE, uri=_hub_uri(identity.get("claimed_repo") or source.get("repo")) or "urn:qualify:source",
                        annotations={"identity": identity.get("status"), "method": identity.get("method"),
                                     "claimedRevision": identity.get("claimed_revision")})
+
+
+def _target_descriptor(target: Mapping[str, Any], environment: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The target as the run held it: its commit as a digest only where the launch enforced that very revision
+    (a launcher variable, or a pinned snapshot with the hub offline); otherwise the profile's revision is a claim,
+    annotated with the reason it was not enforced, and no digest says it was pinned."""
+    record = target_revision_record(environment)
+    uri = _hub_uri(target.get("repo")) or "urn:qualify:target"
+    claimed = target.get("revision")
+    if record["enforced"] and record["revision"] == claimed:
+        notes: dict[str, Any] = {"revisionEnforced": True, "method": record["method"]}
+        if record.get("variable"):
+            notes["variable"] = record["variable"]
+        snapshot = record.get("snapshot")
+        if isinstance(snapshot, Mapping):
+            notes["snapshotRefs"] = list(snapshot.get("refs") or [])
+        return _descriptor(TARGET, uri=uri, digest=_git_commit(claimed), annotations=notes)
+    reason = record["reason"] if not record["enforced"] else (
+        f"the launch enforced revision {record['revision']}, not the profile's {claimed}")
+    return _descriptor(TARGET, uri=uri, annotations={"revisionEnforced": False, "claimedRevision": claimed,
+                                                     "reason": reason})
 
 
 def _harness_descriptor(version: Any, source: Any) -> dict[str, Any]:
@@ -219,7 +243,7 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
             "revisionVerification": checkpoint.get("revision_verification"), "obtained": checkpoint.get("obtained"),
             "unhashedFiles": unhashed}),
         _source_descriptor(source),
-        _descriptor(TARGET, uri=_hub_uri(target.get("repo")), digest=_git_commit(target.get("revision"))),
+        _target_descriptor(target, report.get("environment")),
         _descriptor(RUNTIME_IMAGE, digest=image_digest, annotations=image_notes),
     ]
     config += [_descriptor(PROMPTS_PREFIX + name, digest={"sha256": sha}, media_type="application/json")
@@ -382,6 +406,11 @@ class Attested:
     def logs_given_by(self, level: str) -> list[str]:
         """The flags that handed in a server log ``level`` rests on (``logsGivenBy``), if any."""
         return list(dict.fromkeys(flag for r in self._level_records(level) for flag in as_flags(r.get("logsGivenBy"))))
+
+    @property
+    def target_enforced(self) -> bool:
+        """Whether the statement says the runtime was held to the target's revision (absent: it was not)."""
+        return self.annotation(TARGET, "revisionEnforced") is True and self.digest(TARGET, "gitCommit") is not None
 
     @property
     def harness_version(self) -> str | None:

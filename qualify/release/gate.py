@@ -18,6 +18,10 @@ refuses unless every one of these holds, and names each one that does not:
   ``levels.required``, plus any ``--require`` adds (it never drops one) -- never the
   run's own list, since ``qualify check --levels structure`` makes a "qualified" report
   of one level;
+- where a required level rests on a runtime (load onwards), the run held that runtime to the target's
+  pinned revision (a launcher revision variable, or a pinned snapshot with the hub offline:
+  :mod:`qualify.report.target`); one that did not is refused unless ``--accept-unpinned-target``, and
+  then the pass line carries a warning (:func:`target_warning`);
 - no required level ran on a stand-in (the profile's ``stand_in_levels``: plumbing, it
   qualifies nothing) or rests on server logs the caller gave (``logs_given_by``: taken on
   the caller's word, not read from a server the run started);
@@ -46,9 +50,20 @@ from pathlib import Path
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files, storage_roots
 from qualify.errors import CheckpointError, UsageError
-from qualify.release.attestation import DRAFT, HARNESS, PROFILE, REPORT, RUNTIME_IMAGE, SOURCE, Attested, logs_given_by
+from qualify.release.attestation import (
+    DRAFT,
+    HARNESS,
+    PROFILE,
+    REPORT,
+    RUNTIME_IMAGE,
+    SOURCE,
+    TARGET,
+    Attested,
+    logs_given_by,
+)
 from qualify.release.checklist import level_of_check
 from qualify.report.model import LEVELS, Run, Status, Verdict
+from qualify.report.target import RUNTIME_LEVELS, target_revision_record
 from qualify.util.identifiers import is_commit
 
 
@@ -81,6 +96,44 @@ class Expected:
     # code is read by this code's checks only if the commits agree.
     harness_commit: str | None = None
     committed_harness: bool = False  # require the run's harness code to have been as committed (a release)
+    # Accept a run whose runtime was not held to the target's pinned revision (--accept-unpinned-target).
+    accept_unpinned_target: bool = False
+
+
+#: The gate's flag that accepts a run whose target revision was not enforced; a pass it allows says so.
+ACCEPT_UNPINNED_TARGET = "--accept-unpinned-target"
+
+
+def target_refusals(enforced: bool, reason: object, expected: Expected) -> list[str]:
+    """A run whose runtime was not held to the target's pinned revision, where a required level rests on that
+    runtime: refused unless accepted explicitly. The revision it names is then only the profile's claim."""
+    if enforced or expected.accept_unpinned_target or not set(expected.required_levels) & set(RUNTIME_LEVELS):
+        return []
+    return [f"the target revision was not enforced ({reason or 'no reason recorded'}): the runtime loaded whatever "
+            "target its launcher resolved, so the target revision the run names is a claim, not what it ran; enforce "
+            "it (a launcher revision variable the profile declares, or qualify run --target-snapshot), or pass "
+            f"{ACCEPT_UNPINNED_TARGET} to accept that"]
+
+
+def target_warning(enforced: bool, reason: object, expected: Expected) -> str | None:
+    """The pass line's warning when an unenforced target revision was accepted; None when there is none to give."""
+    if enforced or not expected.accept_unpinned_target or not set(expected.required_levels) & set(RUNTIME_LEVELS):
+        return None
+    return (f"WARNING: target revision not enforced ({reason or 'no reason recorded'}), accepted by "
+            f"{ACCEPT_UNPINNED_TARGET}")
+
+
+def report_target(run: Run) -> tuple[bool, object]:
+    """(whether the report says the target revision was enforced, the reason it was not)."""
+    record = target_revision_record(run.environment)
+    return bool(record["enforced"]), record["reason"]
+
+
+def attested_target(att: Attested) -> tuple[bool, object]:
+    """(whether the verified statement says the target revision was enforced, the reason it was not)."""
+    if att.target_enforced:
+        return True, None
+    return False, att.annotation(TARGET, "reason") or "the attestation does not say that it was enforced"
 
 
 def is_load_relevant(rel: str) -> bool:
@@ -175,6 +228,7 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         moving = "; ".join(str(u) for u in (runtime.get("plan") or {}).get("unpinned") or []) or "unpinned"
         reasons.append(f"the runtime was launched unpinned, so the run is not reproducible ({moving}); pin the "
                        "image digest and revisions, or pass --allow-unpinned to accept that")
+    reasons += target_refusals(*report_target(run), expected)
     reasons.extend(source_refusals(run, allow_untrusted=expected.allow_untrusted_source))
 
     if expected.harness_version is not None and run.harness_version != expected.harness_version:
@@ -433,6 +487,7 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
     if att.annotation(RUNTIME_IMAGE, "reproducible") is False and not expected.allow_unpinned:
         reasons.append("the runtime was launched unpinned, so the run is not reproducible; pin the image digest and "
                        "revisions, or pass --allow-unpinned to accept that")
+    reasons += target_refusals(*attested_target(att), expected)
 
     if expected.revision is not None:
         recorded = att.annotation(DRAFT, "revision")

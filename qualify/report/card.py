@@ -52,6 +52,7 @@ from typing import Any
 
 from qualify.core import LEVEL_TITLES, SOURCE_NOT_VERIFIED, Status, Verdict
 from qualify.report.model import Check, Run
+from qualify.report.target import target_revision_note
 from qualify.util.escape import escape_markdown
 
 #: Levels that need the runtime; their conditions (target, image, GPUs, backends) only apply to them.
@@ -504,7 +505,8 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     paragraph = []
     if facts:
         paragraph.append(f"The runtime {join_words(facts)}.")
-    for note in (reproducibility_note(run), exercised_note(run), source_identity_note(run), stand_in_note(run)):
+    for note in (reproducibility_note(run), target_revision_note(run.environment, ran_runtime_levels(run)),
+                 exercised_note(run), source_identity_note(run), stand_in_note(run)):
         if note:
             paragraph.append(note)
     nq = not_qualified_sentence(run, after_smoke=after_smoke)

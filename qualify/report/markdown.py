@@ -20,6 +20,7 @@ from qualify.report.card import (
     status_head,
 )
 from qualify.report.model import Check, LevelResult, Run
+from qualify.report.target import target_revision_note, target_revision_record
 from qualify.util.escape import escape_lines, escape_markdown, markdown_code
 from qualify.util.redact import redact
 
@@ -51,7 +52,8 @@ def validation_status(run: Run) -> str:
     not_passed = [f"{lvl.title} ({lvl.status})" for lvl in required if lvl.status is not Status.PASSED]
     out = [status_head(run, passed, not_passed)]
     out.extend(condition_lines(run))
-    for note in (reproducibility_note(run), source_identity_note(run), exercised_note(run), stand_in_note(run)):
+    for note in (reproducibility_note(run), target_revision_note(run.environment, ran_runtime_levels(run)),
+                 source_identity_note(run), exercised_note(run), stand_in_note(run)):
         if note:
             out += ["", note]
     ran = {lvl.name for lvl in run.levels}
@@ -259,6 +261,12 @@ def render_markdown(run: Run) -> str:
         "",
         f"**Verdict: {run.verdict}**",
         "",
+    ]
+    target_note = target_revision_note(run.environment, ran_runtime_levels(run))
+    if target_note:
+        # Beside the verdict, not only in the status paragraph: it is why a release gate refuses this run.
+        out += [f"> {target_note}", ""]
+    out += [
         "## Validation status",
         "",
         validation_status(run),
@@ -348,5 +356,8 @@ def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
     note = source_identity_note(run)
     if note:  # a verdict reached on a source no proof established says so where it is read first
         lines.append(f"source: {note}")
+    if target_revision_note(run.environment, ran_runtime_levels(run)):
+        reason = target_revision_record(run.environment)["reason"]
+        lines.append(f"target: target revision not enforced ({reason})")
     lines.append(f"verdict: {run.verdict}")
     return escape_lines([redact(line) for line in lines])

@@ -54,6 +54,7 @@ class LaunchOptions:
         pass_hf_token: pass HF_TOKEN into the runtime by name.
         startup_timeout_s: how long the runtime may take to serve (None: the profile's).
         log_dir: where the runtime's server log goes (None: a fresh temporary folder).
+        target_snapshot: the target's hub-cache snapshot at its pinned revision, mounted with the hub offline.
     """
 
     draft_revision: str | None = None
@@ -64,6 +65,7 @@ class LaunchOptions:
     pass_hf_token: bool = False
     startup_timeout_s: float | None = None
     log_dir: Path | None = None
+    target_snapshot: Path | None = None
 
 
 @dataclass(frozen=True)

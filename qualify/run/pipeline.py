@@ -53,6 +53,7 @@ class RunOptions:
     allow_unpinned: bool = False
     trust_local_source: bool = False  # a --source whose identity no proof establishes may be used (recorded)
     hf_cache: Path | None = None  # a hub cache: downloads land there, and the runtime mounts it
+    target_snapshot: Path | None = None  # the target's hub-cache snapshot at [target].revision, mounted (pinned)
     endpoint: str | None = None
     reference_endpoint: str | None = None
     source_endpoint: str | None = None
@@ -226,7 +227,8 @@ def run_context(opts: RunOptions, run_dir: Path, draft: Resolved, source: Resolv
                              source_endpoint=opts.source_endpoint, server_log=opts.server_log,
                              source_server_log=opts.source_server_log),
         launch=LaunchOptions(draft_revision=draft.revision, image_digest=opts.image_digest, build_image=build,
-                             allow_unpinned=opts.allow_unpinned, hf_cache=opts.hf_cache, log_dir=run_dir),
+                             allow_unpinned=opts.allow_unpinned, hf_cache=opts.hf_cache, log_dir=run_dir,
+                             target_snapshot=opts.target_snapshot),
     )
 
 
@@ -268,6 +270,14 @@ def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Pat
         if log is not None and not log.is_file():
             raise UsageError(f"{flag} {log}: no such file (the log of the server given by endpoint)")
     profile = opts.profile
+    if opts.target_snapshot is not None:
+        # A snapshot that is not the pinned target is refused before any level runs, not when the load level starts.
+        from qualify.runtime.plan import check_target_snapshot
+
+        if profile.target is None or profile.target.revision is None:
+            raise UsageError(f"--target-snapshot: profile {profile.name} pins no target revision ([target].revision) "
+                             "for the snapshot to be at")
+        check_target_snapshot(opts.target_snapshot, profile.target.repo or "", profile.target.revision)
     if opts.target is not None and profile.serves_from_runtime:
         # Its runtime containers mount [local_server].target where MODEL_REVISION names it: another folder
         # would be served under the pinned revision's name.

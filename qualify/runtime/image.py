@@ -80,8 +80,9 @@ def check_pinning(plan: LaunchPlan) -> Evidence:
     ev = Evidence("draft and target are pinned to immutable commits")
     ev.measured.update(draft_revision=plan.draft_revision, target_revision=plan.target_revision,
                        allow_unpinned=plan.allow_unpinned)
-    # The published env has no target revision variable: the launcher loads MODEL as it resolves it.
-    ev.measured["target_revision_enforced_by_env"] = False
+    # Whether the launch holds the runtime to the target's revision (a launcher variable, a pinned snapshot) or
+    # not: recorded, never failed here (a run may still qualify for development); the release gate refuses it.
+    ev.measured["target_revision_enforcement"] = plan.target_pin.to_dict()
     moving = [u for u in plan.unpinned if not u.startswith("runtime image")]
     for what, rev in (("draft", plan.draft_revision), ("target", plan.target_revision)):
         if rev is not None and not is_commit(rev):

@@ -25,6 +25,11 @@ from qualify.util.redact import redact, redact_env
 HF_CACHE_TARGET = "/root/.cache/huggingface/hub"
 #: Environment variables passed through by name (``-e HF_TOKEN``): docker reads the value, nobody prints it.
 TOKEN_VARS = ("HF_TOKEN",)
+#: Where a pinned target snapshot's hub-cache repository folder is mounted (``--target-snapshot``).
+TARGET_SNAPSHOT_ROOT = "/opt/qualify/target"
+#: How a launch holds the runtime to ``[target].revision`` (:class:`TargetPin`'s ``method``).
+BY_LAUNCHER_ENV = "launcher-env"
+BY_SNAPSHOT = "pinned-snapshot"
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,56 @@ class Mount:
 
     def to_dict(self) -> dict[str, Any]:
         return record_dict(self)
+
+
+@dataclass(frozen=True)
+class TargetSnapshot:
+    """A hub-cache snapshot of the target, verified to be ``[target].revision`` by its folder and mounted whole.
+
+    Attributes:
+        path: the snapshot folder (``.../models--OWNER--NAME/snapshots/<revision>``).
+        repo_dir: its repository folder, mounted read-only (the snapshot's files link into its ``blobs``).
+        mounted_at: where ``repo_dir`` is mounted in the container.
+        model_path: where ``MODEL`` points inside the container (the snapshot there).
+        refs: the repository's refs that name this revision (``main`` ...), as the cache records them.
+        files: how many files the snapshot holds.
+    """
+
+    path: str
+    repo_dir: str
+    mounted_at: str
+    model_path: str
+    refs: tuple[str, ...]
+    files: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return record_dict(self)
+
+
+@dataclass(frozen=True)
+class TargetPin:
+    """Whether a launch holds the runtime to ``[target].revision``, and how, or why it does not.
+
+    Enforced by the launcher's revision variable (:data:`BY_LAUNCHER_ENV`: the profile declares
+    ``$.runtime.target_revision_env`` and the plan sets it) or by a pinned snapshot mounted with the hub
+    offline (:data:`BY_SNAPSHOT`); otherwise the target's revision is only a claim of the profile.
+    """
+
+    revision: str | None
+    enforced: bool
+    method: str | None = None
+    variable: str | None = None
+    snapshot: TargetSnapshot | None = None
+    reason: str | None = None  # why it is not enforced
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"revision": self.revision, "enforced": self.enforced, "method": self.method,
+                "variable": self.variable, "snapshot": self.snapshot.to_dict() if self.snapshot else None,
+                "reason": self.reason}
+
+
+#: A plan built without :func:`build_plan` has decided nothing about its target: not enforced (fail closed).
+UNDECIDED = TargetPin(None, False, reason="the launch plan did not decide how the target's revision is held")
 
 
 @dataclass(frozen=True)
@@ -64,6 +119,7 @@ class LaunchPlan:
     allow_unpinned: bool = False
     #: ``$.runtime.build``: the image this repository builds for the profile ("standin", "vllm-cpu"), or None.
     build: str | None = None
+    target_pin: TargetPin = UNDECIDED
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -98,6 +154,7 @@ class LaunchPlan:
             "startup_timeout_s": self.startup_timeout_s,
             "draft_revision": self.draft_revision, "target_revision": self.target_revision,
             "allow_unpinned": self.allow_unpinned, "reproducible": not self.unpinned, "unpinned": self.unpinned,
+            "target_revision_enforcement": self.target_pin.to_dict(),
         }
 
 
@@ -123,6 +180,7 @@ def build_plan(
     serving: bool = False,
     startup_timeout_s: float | None = None,
     image_digest: str | None = None,
+    target_snapshot: Path | None = None,
 ) -> LaunchPlan:
     """The launch plan for ``profile``; pure apart from resolving mount paths.
 
@@ -133,6 +191,15 @@ def build_plan(
     env stays exactly the profile's; ``hf_cache`` mounts a whole cache read-only instead.
     ``image_digest`` pins the image at run time where the profile states no digest (the
     seed's card gives none; a release engineer knows the one they qualify).
+    ``target_snapshot`` is a hub-cache snapshot folder of the target at ``[target].revision``
+    (:func:`check_target_snapshot`): its repository folder is mounted read-only, ``MODEL`` points at
+    the snapshot and ``HF_HUB_OFFLINE=1``, so the runtime can load no other revision. Where the
+    profile declares ``$.runtime.target_revision_env``, that variable is set to ``[target].revision``.
+    The plan's ``target_pin`` says which of the two holds the target, or why neither does.
+
+    Raises:
+        UsageError: a digest or revision that is not immutable or contradicts the profile, contradicting
+            mounts, or a target snapshot that is not the pinned revision (named with what it is).
     """
     runtime = profile.runtime
     pinned_digest = runtime.image_digest
@@ -145,7 +212,7 @@ def build_plan(
         pinned_digest = image_digest
     run_id = run_id or new_run_id(profile.name)
     if serving:
-        env = dict(runtime.env)
+        env = profile.with_target_revision(dict(runtime.env))
         if draft_revision is not None:
             env = {**env, "DFLASH_MODEL_REVISION": profile.launch_env(draft_revision=draft_revision)[
                 "DFLASH_MODEL_REVISION"]}
@@ -168,6 +235,15 @@ def build_plan(
         mounts.append(Mount(str(Path(checkpoint_dir).resolve()), f"{HF_CACHE_TARGET}/{folder}/snapshots/{revision}"))
     if hf_cache is not None:
         mounts.append(Mount(str(Path(hf_cache).resolve()), HF_CACHE_TARGET))
+    snapshot = None
+    if target_snapshot is not None:
+        if profile.target is None or target_revision is None:
+            raise UsageError(f"--target-snapshot: profile {profile.name} pins no target revision ([target].revision) "
+                             "for the snapshot to be at")
+        snapshot = check_target_snapshot(Path(target_snapshot), profile.target.repo or "", target_revision)
+        mounts.append(Mount(snapshot.repo_dir, snapshot.mounted_at))
+        # The hub offline: nothing the launcher resolves can fetch another revision in its place.
+        env = {**env, "MODEL": snapshot.model_path, "HF_HUB_OFFLINE": "1"}
 
     passthrough: tuple[str, ...] = ()
     if pass_hf_token:
@@ -208,7 +284,78 @@ def build_plan(
         target_revision=target_revision,
         allow_unpinned=allow_unpinned,
         build=runtime.build,
+        target_pin=target_pin(profile, env, snapshot),
     )
+
+
+def target_pin(profile: Profile, env: dict[str, str], snapshot: TargetSnapshot | None) -> TargetPin:
+    """How the launch environment ``env`` (and the mounted ``snapshot``, if any) holds the runtime to
+    ``[target].revision``, or why it does not: pure, read from what the launch will actually pass."""
+    revision = profile.target.revision if profile.target else None
+    if profile.target is None:
+        return TargetPin(None, False, reason=f"profile {profile.name} names no target ([target])")
+    if revision is None:
+        return TargetPin(None, False, reason=f"profile {profile.name} pins no target revision ([target].revision)")
+    var = profile.runtime.target_revision_env
+    by_env = var if var is not None and env.get(var) == revision else None
+    if snapshot is not None and env.get("MODEL") == snapshot.model_path and env.get("HF_HUB_OFFLINE") == "1":
+        return TargetPin(revision, True, BY_SNAPSHOT, variable=by_env, snapshot=snapshot)
+    if by_env is not None:
+        return TargetPin(revision, True, BY_LAUNCHER_ENV, variable=by_env)
+    return TargetPin(revision, False, reason=(
+        f"the launcher takes no target revision variable (profile {profile.name} declares no "
+        "$.runtime.target_revision_env) and no pinned snapshot was mounted (--target-snapshot): the runtime loads "
+        f"{env.get('MODEL')} at whatever revision its launcher resolves"))
+
+
+def check_target_snapshot(path: Path, repo: str, revision: str) -> TargetSnapshot:
+    """``path`` as a hub-cache snapshot of ``repo`` at exactly ``revision``, or a usage error saying what it is.
+
+    huggingface_hub names a snapshot folder by the commit it downloaded
+    (``<cache>/models--OWNER--NAME/snapshots/<commit>``) and links its files into the repository's
+    ``blobs``; the whole repository folder is mounted so that those links resolve. Every file must
+    resolve inside that folder (a dangling link would make the runtime fail or fetch).
+
+    Raises:
+        UsageError: not a folder; not laid out as a snapshot of ``repo``; at another revision; empty; a
+            file that does not resolve inside the repository folder.
+    """
+    flag = "--target-snapshot"
+    if not path.is_dir():
+        raise UsageError(f"{flag} {path}: not a folder (give the hub-cache snapshot folder "
+                         f"models--{repo.replace('/', '--')}/snapshots/{revision})")
+    snap = path.resolve()
+    folder = "models--" + repo.replace("/", "--")
+    if snap.parent.name != "snapshots" or snap.parent.parent.name != folder:
+        raise UsageError(f"{flag} {path}: not a hub-cache snapshot of {repo} (expected .../{folder}/snapshots/"
+                         f"{revision}); a folder of another layout names no revision, so it cannot pin the target")
+    if snap.name != revision:
+        raise UsageError(f"{flag} {path}: a snapshot of {repo} at revision {snap.name}, not at [target].revision "
+                         f"{revision}; the run would load another target than the one it attests")
+    repo_dir = snap.parent.parent
+    files = [p for p in sorted(snap.rglob("*")) if not p.is_dir()]
+    if not files:
+        raise UsageError(f"{flag} {path}: the snapshot holds no file")
+    for file in files:
+        rel = file.relative_to(snap)
+        if not file.exists():
+            raise UsageError(f"{flag} {path}: {rel} is a dangling link (its blob is missing from {repo_dir})")
+        if not file.resolve().is_relative_to(repo_dir):
+            raise UsageError(f"{flag} {path}: {rel} resolves outside {repo_dir} (to {file.resolve()}), which is all "
+                             "the runtime is given")
+    refs = []
+    refs_dir = repo_dir / "refs"
+    if refs_dir.is_dir():
+        for ref in sorted(p for p in refs_dir.rglob("*") if p.is_file()):
+            try:
+                named = ref.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError):
+                continue  # a ref is a record, not the proof: the folder's name is what names the revision
+            if named == revision:
+                refs.append(str(ref.relative_to(refs_dir)))
+    mounted = f"{TARGET_SNAPSHOT_ROOT}/{folder}"
+    return TargetSnapshot(str(snap), str(repo_dir), mounted, f"{mounted}/snapshots/{revision}", tuple(refs),
+                          len(files))
 
 
 def create_kwargs(plan: LaunchPlan, *, image_ref: str | None = None, with_gpus: bool = True) -> dict[str, Any]:

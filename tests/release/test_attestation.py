@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -515,8 +516,11 @@ def test_an_unpinned_runtime_is_refused_unless_allowed():
 
 
 def test_the_statement_records_the_conditions():
+    enforced = {"revision": "7" * 40, "enforced": True, "method": "launcher-env", "variable": "MODEL_REVISION",
+                "snapshot": None, "reason": None}
     report = minimal_report(environment={"runtime": {"reproducible": True, "image": {"id": "sha256:" + "d" * 64,
-                                                                                     "ref": "img@sha256:x"}}})
+                                                                                     "ref": "img@sha256:x"},
+                                                     "plan": {"target_revision_enforcement": enforced}}})
     report["levels"].append({"name": "acceptance", "checks": [{"id": "acceptance.draft_acceptance", "status": "failed",
                                                                "evidence": {"measured": {"prompts": {
                                                                    "name": "mt", "sha256": "6" * 64}}}}]})
@@ -526,9 +530,72 @@ def test_the_statement_records_the_conditions():
     assert config["runtime-image"]["digest"] == {"sha256": "d" * 64}
     assert config["prompts/mt"]["digest"] == {"sha256": "6" * 64}
     assert config["target"]["digest"] == {"gitCommit": "7" * 40}
+    assert config["target"]["annotations"] == {"revisionEnforced": True, "method": "launcher-env",
+                                               "variable": "MODEL_REVISION"}
     assert config["model-signature"]["annotations"]["rootDigest"] == {"sha256": "9" * 64}
     assert st["predicate"]["failedTests"] == ["acceptance.draft_acceptance"]
     assert all("uri" in d or "digest" in d for d in st["predicate"]["configuration"])
+
+
+TARGET_REV = "7" * 40
+NOT_ENFORCED = {"revision": TARGET_REV, "enforced": False, "method": None, "variable": None, "snapshot": None,
+                "reason": "the launcher takes no target revision variable"}
+RUNTIME_LEVELS = ("structure", "format", "reproduction", "load")
+
+
+def runtime_report(record: dict | None) -> dict:
+    """A qualified statement's report whose required levels include load, with the run's target record (if any)."""
+    checks = level_checks()
+    runtime: dict = {"reproducible": True}
+    if record is not None:
+        runtime["plan"] = {"target_revision_enforcement": record}
+    report = minimal_report(environment={"runtime": runtime})
+    report["profile"]["conditions"] = {"target": {"repo": "org/target", "revision": TARGET_REV}}
+    report["levels"].append({"name": "load", "required": True, "status": "passed",
+                             "checks": [{"id": cid, "status": "passed"} for cid in checks["load"]]})
+    return report
+
+
+def target_of(report: dict) -> dict:
+    config = {d["name"]: d for d in a.build_statement(report, "r" * 64)["predicate"]["configuration"]}
+    return config["target"]
+
+
+def test_an_unenforced_target_revision_is_a_claim_in_the_statement_not_a_digest():
+    target = target_of(runtime_report(NOT_ENFORCED))
+    assert target == {"name": "target", "uri": "https://huggingface.co/org/target", "annotations": {
+        "revisionEnforced": False, "claimedRevision": TARGET_REV,
+        "reason": "the launcher takes no target revision variable"}}
+    # No runtime record at all (a run that launched none): the same, never a digest.
+    assert "digest" not in target_of(minimal_report())
+    assert target_of(minimal_report())["annotations"]["revisionEnforced"] is False
+    # A record that enforced another revision than the profile's pins nothing either.
+    other = {**NOT_ENFORCED, "enforced": True, "method": "pinned-snapshot", "reason": None, "revision": "8" * 40}
+    assert target_of(runtime_report(other))["annotations"] == {
+        "revisionEnforced": False, "claimedRevision": TARGET_REV,
+        "reason": f"the launch enforced revision {'8' * 40}, not the profile's {TARGET_REV}"}
+    enforced = {**other, "revision": TARGET_REV, "snapshot": {"refs": ["main"]}}
+    assert target_of(runtime_report(enforced)) == {
+        "name": "target", "uri": "https://huggingface.co/org/target", "digest": {"gitCommit": TARGET_REV},
+        "annotations": {"revisionEnforced": True, "method": "pinned-snapshot", "snapshotRefs": ["main"]}}
+
+
+def test_an_unenforced_target_is_refused_where_a_runtime_level_is_required_unless_accepted():
+    refusal = ("the target revision was not enforced (the launcher takes no target revision variable): the runtime "
+               "loaded whatever target its launcher resolved, so the target revision the run names is a claim, not "
+               "what it ran; enforce it (a launcher revision variable the profile declares, or qualify run "
+               "--target-snapshot), or pass --accept-unpinned-target to accept that")
+    exp = expected(required_levels=RUNTIME_LEVELS)
+    assert policy(runtime_report(NOT_ENFORCED), exp) == [refusal]
+    assert policy(runtime_report(NOT_ENFORCED), replace(exp, accept_unpinned_target=True)) == []
+    enforced = {**NOT_ENFORCED, "enforced": True, "method": "launcher-env", "variable": "MODEL_REVISION",
+                "reason": None}
+    assert policy(runtime_report(enforced), exp) == []
+    # A statement that says nothing of it (made before the record existed, or edited out): not enforced.
+    (reason,) = policy(runtime_report(None), exp)
+    assert reason.startswith("the target revision was not enforced (the run recorded no target revision enforcement)")
+    # Only the checkpoint's levels required: the target played no part, nothing to refuse.
+    assert policy(runtime_report(NOT_ENFORCED)) == []
 
 
 def test_the_statement_records_the_paired_levels_prompt_sets_and_chat_template():

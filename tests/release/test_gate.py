@@ -26,10 +26,12 @@ from qualify.release.gate import (
     parse_require,
     refusals,
     release_levels,
+    report_target,
     shipped_profile,
     shipped_profile_named,
     source_statuses,
     stored_contradictions,
+    target_warning,
 )
 from qualify.report.model import Run, write_json
 from qualify.run.pipeline import CHECKPOINT_LEVELS
@@ -38,6 +40,7 @@ from tests.run_builders import DRAFT_REVISION, FILES, SEED, defined_run
 from tests.run_builders import seed_run as card_run
 
 SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke", "paired")
+TARGET_REV = "520de24eabf507659eaef7c70f14fd584527facc"
 def seed_run(**kwargs: Any) -> Run:
     """A run of every level the seed profile requires (the card's five and the paired comparison)."""
     kwargs.setdefault("levels", SEED_LEVELS)
@@ -117,11 +120,47 @@ def test_asking_for_nothing_is_refused():
 
 def test_a_run_not_reproducible_is_refused_unless_allowed():
     run = seed_run()
-    run.environment["runtime"] = {"reproducible": False, "plan": {"unpinned": ["runtime image x:latest (a tag)"]}}
+    pin = run.environment["runtime"]["plan"]["target_revision_enforcement"]
+    run.environment["runtime"] = {"reproducible": False, "plan": {"unpinned": ["runtime image x:latest (a tag)"],
+                                                                  "target_revision_enforcement": pin}}
     reasons = refusals(run, expected(revision=DRAFT_REVISION))
     assert reasons == ["the runtime was launched unpinned, so the run is not reproducible (runtime image x:latest "
                        "(a tag)); pin the image digest and revisions, or pass --allow-unpinned to accept that"]
     assert refusals(run, expected(revision=DRAFT_REVISION, allow_unpinned=True)) == []
+
+
+UNENFORCED = ("the target revision was not enforced ({}): the runtime loaded whatever target its launcher resolved, "
+              "so the target revision the run names is a claim, not what it ran; enforce it (a launcher revision "
+              "variable the profile declares, or qualify run --target-snapshot), or pass --accept-unpinned-target to "
+              "accept that")
+
+
+def test_a_run_whose_target_revision_was_not_enforced_is_refused_unless_accepted():
+    run = seed_run()
+    reason = "the launcher takes no target revision variable"
+    run.environment["runtime"]["plan"]["target_revision_enforcement"] = {
+        "revision": TARGET_REV, "enforced": False, "method": None, "variable": None, "snapshot": None,
+        "reason": reason}
+    assert refusals(run, expected(revision=DRAFT_REVISION)) == [UNENFORCED.format(reason)]
+    accepting = expected(revision=DRAFT_REVISION, accept_unpinned_target=True)
+    assert refusals(run, accepting) == []
+    assert target_warning(*report_target(run), accepting) == (
+        f"WARNING: target revision not enforced ({reason}), accepted by --accept-unpinned-target")
+    assert target_warning(*report_target(run), expected()) is None  # refused, not warned about
+    assert target_warning(*report_target(seed_run()), accepting) is None  # enforced: nothing to warn about
+    # The checkpoint's levels alone do not rest on the target: nothing to refuse or warn about.
+    only_files = replace(shipped_profile_named(SEED), required_levels=CHECKPOINT_LEVELS)
+    checkpoint_only = expected(required_levels=CHECKPOINT_LEVELS, profile=only_files)
+    assert not any("target revision" in r for r in refusals(run, checkpoint_only))
+    assert target_warning(*report_target(run), replace(checkpoint_only, accept_unpinned_target=True)) is None
+
+
+def test_a_report_that_records_no_runtime_is_read_as_not_enforced():
+    run = seed_run()
+    del run.environment["runtime"]
+    assert refusals(run, expected()) == [UNENFORCED.format(
+        "this run launched no runtime (its serving levels, if any, talked to servers it was given), so nothing held "
+        "the target to its revision")]
 
 
 def test_an_interrupted_run_is_refused_even_if_every_level_passed():
@@ -206,11 +245,13 @@ def test_a_report_under_another_shipped_profile_than_the_release_is_refused():
 def test_every_unpinned_input_is_named_or_the_run_is_said_unpinned():
     run = seed_run()
     run.environment["runtime"] = {"reproducible": False, "plan": {"unpinned": ["image x:latest", "revision main"]}}
-    (reason,) = refusals(run, expected())
+    # The target's revision is judged on its own (this record has none): accepted here, to see the unpinned reason.
+    accepting = expected(accept_unpinned_target=True)
+    (reason,) = refusals(run, accepting)
     assert reason.startswith("the runtime was launched unpinned, so the run is not reproducible (image x:latest; "
                              "revision main); pin")
     run.environment["runtime"] = {"reproducible": False}
-    (reason,) = refusals(run, expected())
+    (reason,) = refusals(run, accepting)
     assert reason.startswith("the runtime was launched unpinned, so the run is not reproducible (unpinned); pin")
 
 

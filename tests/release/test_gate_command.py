@@ -673,6 +673,11 @@ def test_the_help_says_what_the_gate_checks_and_how(capsys):
         "of its identity",
         "a level run on a stand-in or resting on a server log the caller gave",
         "a --profile this harness does not ship",
+        "--accept-unpinned-target accept a run whose runtime was not held to the target's pinned revision (the "
+        "profile's launcher takes no revision variable and no --target-snapshot was mounted): the target revision is "
+        "then only claimed, and the pass line says WARNING: target revision not enforced. Never implied, under "
+        "--release-policy too: a release accepts it only by this flag",
+        "a target revision the run did not enforce (without --accept-unpinned-target)",
     ):
         assert words in text, words
 
@@ -719,3 +724,59 @@ def test_a_release_is_gated_only_on_committed_harness_code_at_the_gates_own_comm
     run.environment["harness_source"] = {"commit": here, "clean": False}
     res = gate(*attested(sign(run, tmp_path / "dev", keys["release"][0]), keys["release"][1], release))
     assert res.code == 0 and f"harness commit {here}" in res.out
+
+
+# ---------------------------------------------------------------- the target's revision
+
+
+NOT_ENFORCED = "the launcher takes no target revision variable"
+TARGET_REFUSAL = (f"refused: the target revision was not enforced ({NOT_ENFORCED}): the runtime loaded whatever target "
+                  "its launcher resolved, so the target revision the run names is a claim, not what it ran; enforce it "
+                  "(a launcher revision variable the profile declares, or qualify run --target-snapshot), or pass "
+                  "--accept-unpinned-target to accept that")
+TARGET_WARNING = f"WARNING: target revision not enforced ({NOT_ENFORCED}), accepted by --accept-unpinned-target"
+
+
+def unenforced(run: Run) -> Run:
+    """``run`` as a launch that held its runtime to no target revision records it (qualify.runtime.plan.TargetPin)."""
+    target = run.profile["conditions"]["target"]["revision"]
+    run.environment["runtime"]["plan"]["target_revision_enforcement"] = {
+        "revision": target, "enforced": False, "method": None, "variable": None, "snapshot": None,
+        "reason": NOT_ENFORCED}
+    return run
+
+
+def test_an_unenforced_target_revision_is_refused_and_accepted_only_by_the_flag_with_a_warning(tmp_path, release,
+                                                                                               keys, gate):
+    attestation = sign(unenforced(cpu_run(release, [])), tmp_path / "run", keys["release"][0])
+    res = gate(*attested(attestation, keys["release"][1], release))
+    assert res.code == 1 and res.lines == [TARGET_REFUSAL]
+    res = gate(*attested(attestation, keys["release"][1], release, "--accept-unpinned-target"))
+    assert res.code == 0, res.out
+    assert len(res.lines) == 1 and res.lines[0].endswith(f"harness commit {harness_source().commit}; {TARGET_WARNING}")
+    # The unsigned report is held to the same, and says the same on a pass.
+    report = str(attestation.parent / "report.json")
+    res = gate(report, "--allow-unsigned", "--checkpoint", str(release))
+    assert res.code == 1 and res.lines == [TARGET_REFUSAL]
+    res = gate(report, "--allow-unsigned", "--checkpoint", str(release), "--accept-unpinned-target")
+    assert res.code == 0 and res.lines[0].endswith(f"; {TARGET_WARNING}; {UNSIGNED}")
+
+
+def test_a_release_under_the_policy_accepts_an_unenforced_target_only_by_the_flag_and_says_so(tmp_path, release,
+                                                                                             keys, gate):
+    from qualify.release.policy import load_policy
+
+    policy = load_policy()
+    run = unenforced(report_of(release, profile=policy.profile, levels=policy.required_levels))
+    attestation = sign(run, tmp_path / "run", keys["release"][0])
+    res = gate(*attested(attestation, keys["release"][1], release, "--release-policy"))
+    assert res.code == 1 and res.lines == [TARGET_REFUSAL]
+    res = gate(*attested(attestation, keys["release"][1], release, "--release-policy", "--accept-unpinned-target"))
+    assert res.code == 0, res.out
+    assert res.lines[0].startswith(f"qualified: {', '.join(policy.required_levels)} passed in run r-1 under profile "
+                                   f"{policy.profile}") and res.lines[0].endswith(TARGET_WARNING)
+    # Enforced (a pinned snapshot, as the builder records): no flag needed and no warning given.
+    res = gate(*attested(sign(report_of(release, profile=policy.profile, levels=policy.required_levels),
+                              tmp_path / "pinned", keys["release"][0]), keys["release"][1], release,
+                         "--release-policy", "--accept-unpinned-target"))
+    assert res.code == 0 and "WARNING" not in res.out

@@ -1,0 +1,71 @@
+"""Tests for qualify.report.target: reading a run's target revision enforcement (fail closed) and saying it
+where a reader looks first (report.md beside the verdict, the status paragraph, the card, the terminal)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from qualify.report.card import validation_status_section
+from qualify.report.markdown import render_markdown, summary_lines
+from qualify.report.target import NO_RECORD, NO_RUNTIME, target_revision_note, target_revision_record
+from tests.run_builders import enforced_target, seed_run
+
+TARGET_REV = "520de24eabf507659eaef7c70f14fd584527facc"
+REASON = "the launcher takes no target revision variable"
+UNENFORCED = {"revision": TARGET_REV, "enforced": False, "method": None, "variable": None, "snapshot": None,
+              "reason": REASON}
+
+
+def env_with(record: Any) -> dict[str, Any]:
+    return {"runtime": {"plan": {"target_revision_enforcement": record}}}
+
+
+def test_an_enforced_record_is_read_as_written() -> None:
+    record = enforced_target(TARGET_REV, "launcher-env")
+    assert target_revision_record(env_with(record)) == record
+    assert target_revision_note(env_with(record), True) is None
+
+
+@pytest.mark.parametrize(("environment", "reason"), [
+    ({}, NO_RUNTIME),
+    ({"runtime": None}, NO_RUNTIME),
+    ({"runtime": {"plan": {}}}, NO_RECORD),
+    ({"runtime": {"plan": "x"}}, NO_RECORD),
+    (env_with({"enforced": "yes"}), NO_RECORD),
+    (env_with(UNENFORCED), REASON),
+    (env_with({**UNENFORCED, "reason": None}), "no reason recorded"),
+])
+def test_anything_but_an_enforced_record_reads_as_not_enforced(environment: dict[str, Any], reason: str) -> None:
+    record = target_revision_record(environment)
+    assert record["enforced"] is False and record["reason"] == reason
+
+
+def test_an_enforced_record_without_a_revision_or_method_is_not_believed() -> None:
+    for broken in ({**enforced_target(None)}, {**enforced_target(TARGET_REV), "method": "hope"}):
+        record = target_revision_record(env_with(broken))
+        assert record["enforced"] is False
+        assert record["reason"].startswith("the run's record says enforced but names no revision or method")
+
+
+def test_the_note_is_given_only_where_a_runtime_level_counted() -> None:
+    assert target_revision_note(env_with(UNENFORCED), False) is None
+    note = target_revision_note(env_with(UNENFORCED), True)
+    assert note is not None and note.startswith("**Target revision not enforced**: the launcher takes no target")
+    assert "qualify gate refuses such a run unless --accept-unpinned-target" in note
+
+
+def test_report_md_says_it_beside_the_verdict_and_the_terminal_says_it_too() -> None:
+    run = seed_run()
+    run.environment["runtime"] = {"plan": {"target_revision_enforcement": UNENFORCED}}
+    text = render_markdown(run)
+    head = text.split("## Validation status")[0]
+    assert "> **Target revision not enforced**: the launcher takes no target revision variable." in head
+    assert text.count("Target revision not enforced") == 2  # beside the verdict and in the status paragraph
+    assert f"target: target revision not enforced ({REASON})" in summary_lines(run)
+    assert "Target revision not enforced" in validation_status_section(run)
+    # Enforced: not a word of it.
+    enforced = seed_run()
+    assert "not enforced" not in render_markdown(enforced)
+    assert not any(line.startswith("target:") for line in summary_lines(enforced))
