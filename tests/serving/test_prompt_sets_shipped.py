@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from qualify.errors import ProfileError, UsageError
 from qualify.profile import load_profile
 from qualify.serving import paired_measure as pm
 from qualify.serving import prompt_sets as psm
@@ -103,3 +104,41 @@ def test_the_humaneval_digest_is_the_one_its_wheel_records() -> None:
     data = psm.shipped_set("humaneval").path.read_bytes()
     recorded = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     assert (recorded, len(data)) == ("t5YSfmNaZ_k_s1wE9MsDzwbzjIBy7nzuiDPXvuBpee8", 44877)
+
+
+PAIRED_V1 = "3c1106155f913768955498b0b33e74f17e0b8936d387c965055f3bb86be285e2"
+SET = f'{{ set = "paired-v1", sha256 = "{PAIRED_V1}", format = "mt-bench" }}'
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ('{ set = "paired-v1", format = "mt-bench" }', "$.paired.prompt_sets[0]: 'sha256' is a required property"),
+        ('{ set = "paired-v1", path = "q.jsonl", sha256 = "' + "0" * 64 + '", format = "mt-bench" }',
+         "a set is named by 'set' or by 'path', not both"),
+        ('{ format = "mt-bench" }', "$.paired.prompt_sets[0]: 'path' is a required property"),
+        ('{ set = "paired-v1", sha256 = "3C11", format = "mt-bench" }',
+         "$.paired.prompt_sets[0].sha256: '3C11' does not match '^[0-9a-f]{64}$'"),
+    ],
+)
+def test_a_profile_entry_names_a_set_with_its_sha256_or_a_path(tmp_path: Path, entry: str, words: str) -> None:
+    text = (PROFILES[0].parent / "fixture.toml").read_text(encoding="utf-8")
+    assert text.count(SET) == 1
+    path = tmp_path / "p.toml"
+    path.write_text(text.replace(SET, entry), encoding="utf-8")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(path) in str(info.value) and words in str(info.value)
+
+
+def test_a_profile_entry_with_a_changed_file_is_refused_when_the_level_loads_its_sets(tmp_path: Path) -> None:
+    (tmp_path / "q.jsonl").write_bytes(psm.shipped_set("paired-v1").path.read_bytes() + b"\n")
+    text = (PROFILES[0].parent / "fixture.toml").read_text(encoding="utf-8")
+    entry = SET.replace('set = "paired-v1"', 'path = "q.jsonl"')
+    path = tmp_path / "p.toml"
+    path.write_text(text.replace(SET, entry).replace('"../../', f'"{REPO}/'), encoding="utf-8")
+    profile = load_profile(path)
+    assert profile.paired is not None
+    with pytest.raises(UsageError, match=rf"prompt set {tmp_path / 'q.jsonl'}: its bytes are not the "
+                                         rf"ones the profile names: sha256 [0-9a-f]{{64}}, the profile expects 3c11"):
+        pm.load_sets(profile.paired)
