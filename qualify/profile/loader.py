@@ -210,6 +210,11 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
             continue
         if "expected_gb" in item and _GB_GROUP not in compiled.groupindex:
             out.append(f"{at}.pattern: has expected_gb but no (?P<{_GB_GROUP}>...) group to read it from")
+        if "after" in item:
+            try:
+                re.compile(item["after"]["pattern"])
+            except re.error as exc:
+                out.append(f"{at}.after.pattern: not a valid Python regex: {exc}")
 
     paired = data.get("paired") or {}
     try:
@@ -230,6 +235,11 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
     for level in ("load", "smoke"):
         if level in required and not any(e["level"] == level for e in data.get("evidence", [])):
             out.append(f"$.evidence: level {level!r} is required but no evidence item has level {level!r}")
+    loads = [e for e in data.get("evidence", []) if e["level"] == "load"]
+    if loads and not any("draft" in e for e in loads):
+        # A line the target alone can print shows nothing of the draft: one must say why it is the draft's.
+        out.append("$.evidence: no load evidence item states why it is the draft's (draft = ...): nothing would "
+                   "show that the draft loaded")
     for level, why in stand_in_levels(data).items():
         if level in required:
             out.append(f"$.levels.required: {level} runs on {why}: it shows the harness's plumbing, never that a "

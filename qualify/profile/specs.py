@@ -172,6 +172,20 @@ class HardwareSpec:
 
 
 @dataclass(frozen=True)
+class EvidenceSource:
+    """The statement that prints an evidence line: its format string, in a vLLM file or one of this project's."""
+
+    format: str  # as in the source (qualify.profile.evidence_source)
+    file: str | None = None  # relative to the pinned vLLM's site-packages: "vllm/config/model.py"
+    project: str | None = None  # relative to this repository: "runtimes/vllm-cpu/plugin/..."
+    args: tuple[str, ...] = ()  # the values it is printed with, in order, for a sample line
+
+    @property
+    def where(self) -> str:
+        return self.file if self.file is not None else f"{self.project} (this project)"
+
+
+@dataclass(frozen=True)
 class EvidenceSpec:
     """One ``[[evidence]]`` item: a line the runtime's log must show, and the size it states if any."""
 
@@ -181,6 +195,11 @@ class EvidenceSpec:
     pattern: str  # a Python regex searched for in the log
     expected_gb: float | None
     tolerance_gb: float | None
+    source: EvidenceSource | None = None  # the line's source; None only with ``unverified``
+    unverified: str | None = None  # why no source at hand prints it
+    after_pattern: str | None = None  # searched for only after the first line this matches
+    after_source: EvidenceSource | None = None
+    draft: str | None = None  # why only the draft's load prints it; None: it does not show the draft
 
 
 @dataclass(frozen=True)

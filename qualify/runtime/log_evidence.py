@@ -1,8 +1,10 @@
 """The profile's ``[[evidence]]`` items, looked for in a runtime's log.
 
-Each item names what the model card says the runtime showed ("detected ModelOpt MXFP8",
-"loaded 1.20 GB of draft weights") and a regex for the log line that shows it. An item
-that no line matches is a finding: missing evidence is a failed check, never a pass.
+Each item names what the model card says the runtime showed ("loaded 1.20 GB of draft weights") and a
+regex for the log line that shows it, bound to the statement that prints it (``source``, checked against
+the pinned vLLM's sources by the profile tests) or marked ``unverified``. An item with an anchor
+(``after``) is searched for only after the line that starts the draft's load. An item that no line
+matches is a finding: missing evidence is a failed check, never a pass.
 An item with ``expected_gb`` compares the number its ``gb`` group captured; when several
 lines match, *every* captured number must agree, because picking the convenient one
 would let a log that also says "9.99 GiB" pass.
@@ -10,7 +12,6 @@ would let a log that also says "9.99 GiB" pass.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from qualify.core import Evidence
 from qualify.profile import EvidenceSpec, Profile
+from qualify.profile.evidence_source import evidence_matches
 from qualify.util.redact import redact
 
 _MAX_LINE = 300  # characters of a matched line kept as evidence
@@ -46,6 +48,21 @@ def _line_at(text: str, pos: int) -> str:
     return redact(line.strip())[:_MAX_LINE]
 
 
+def _expected(item: EvidenceSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": item.description, "pattern": item.pattern}
+    if item.after_pattern is not None:
+        out["after"] = item.after_pattern
+    if item.expected_gb is not None:
+        out.update(gb=item.expected_gb, tolerance_gb=item.tolerance_gb)
+    if item.source is not None:
+        out["source"] = {"where": item.source.where, "format": item.source.format}
+    if item.unverified is not None:
+        out["unverified"] = item.unverified
+    if item.draft is not None:
+        out["draft"] = item.draft
+    return out
+
+
 def check_log_evidence(log_text: str, profile: Profile, level: str, *, log_name: str = "server log") -> Evidence:
     """Every ``level`` evidence item of ``profile`` is shown by ``log_text`` (and its number agrees)."""
     items = evidence_items(profile, level)
@@ -60,14 +77,14 @@ def check_log_evidence(log_text: str, profile: Profile, level: str, *, log_name:
         ev.add(f"the {log_name} is empty")
     for item in items:
         name = item.name
-        ev.expected[name] = {"description": item.description, "pattern": item.pattern,
-                             **({"gb": item.expected_gb, "tolerance_gb": item.tolerance_gb}
-                                if item.expected_gb is not None else {})}
-        matches = list(re.finditer(item.pattern, log_text, re.MULTILINE))
+        ev.expected[name] = _expected(item)
+        matches, anchored = evidence_matches(item, log_text)
         if not matches:
             found[name] = None
-            ev.add(f"missing evidence {name!r}: no line of the {log_name} matches {item.pattern!r} "
-                   f"({item.description})", file=log_name)
+            where = (f"no line of the {log_name} matches {item.pattern!r}" if anchored else
+                     f"no line of the {log_name} matches its anchor {item.after_pattern!r}, after which it is "
+                     "searched for")
+            ev.add(f"missing evidence {name!r}: {where} ({item.description})", file=log_name)
             continue
         record: dict[str, Any] = {"line": _line_at(log_text, matches[0].start()), "matches": len(matches)}
         found[name] = record

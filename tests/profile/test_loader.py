@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,23 @@ def test_speedup_needs_paired_and_a_required_level_needs_its_table(tmp_path: Pat
     path.write_text(both, encoding="utf-8")
     speedup = load_profile(path).speedup
     assert speedup is not None and (speedup.max_tokens, speedup.rounds, speedup.min_speedup) == (32, 1, None)
+
+
+def test_an_evidence_item_must_name_its_source_or_why_it_cannot(tmp_path: Path, fixture_text: str) -> None:
+    path = write_variant(tmp_path, fixture_text, 'source = { project = "runtimes/standin/entrypoint.py", '
+                         'format = "Detected ModelOpt MXFP8 checkpoint (group size " }\n', "")
+    assert "$.evidence[0]" in profile_error(path)
+
+
+def test_an_evidence_anchor_must_be_a_valid_regex(tmp_path: Path) -> None:
+    text = (PROFILES_DIR / "fixture-dflash-cpu.toml").read_text(encoding="utf-8")
+    path = write_variant(tmp_path, text, r"after = { pattern = 'Loading drafter model\.\.\.'",
+                         "after = { pattern = '('")
+    assert "$.evidence[5].after.pattern: not a valid Python regex" in profile_error(path)
+
+
+def test_some_load_evidence_must_be_the_drafts(tmp_path: Path, seed_profile_text: str) -> None:
+    text = re.sub(r'(?m)^draft = ".*"\n', "", seed_profile_text)
+    path = tmp_path / "nodraft.toml"
+    path.write_text(text, encoding="utf-8")
+    assert "no load evidence item states why it is the draft's" in profile_error(path)

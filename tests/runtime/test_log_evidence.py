@@ -34,3 +34,14 @@ def test_a_log_not_written_yet_reads_as_empty_and_bad_bytes_as_replacements(tmp_
     assert read_log(log) == "INFO loaded \ufffd\n"
     assert read_log(tmp_path) == ""  # a folder where the log should be: unreadable, so nothing shown
 
+
+
+def test_an_anchored_item_is_looked_for_after_its_anchor_only() -> None:
+    profile = load_profile("fixture-dflash-cpu")
+    target_only = "INFO Filesystem type for checkpoints: OVERLAY. Checkpoint size: 0.00 GiB. Available RAM: 9.00 GiB."
+    ev = check_log_evidence(target_only, profile, "load")
+    assert ("missing evidence 'draft_weights_loaded': no line of the server log matches its anchor "
+            "'Loading drafter model\\\\.\\\\.\\\\.'") in ev.failure_text()
+    ev = check_log_evidence("INFO Loading drafter model...\n" + target_only, profile, "load")
+    assert ev.measured["items"]["draft_weights_loaded"]["gb"] == [0.0]
+    assert ev.expected["draft_weights_loaded"]["source"]["where"] == "vllm/model_executor/model_loader/weight_utils.py"
