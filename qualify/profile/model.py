@@ -284,6 +284,7 @@ class Profile:
             prompts=int(x["prompts"]) if "prompts" in x else None,
             min_speedup=float(x["min_speedup"]) if "min_speedup" in x else None,
             request_timeout_s=float(x.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
+            as_published=bool(x.get("as_published", False)),
         )
 
     @cached_property

@@ -87,6 +87,8 @@ class SpeedupSpec:
     prompts: int | None
     min_speedup: float | None
     request_timeout_s: float
+    # Also measured as users run it: the published environment, without the qualification overrides.
+    as_published: bool = False
 
 
 @dataclass(frozen=True)

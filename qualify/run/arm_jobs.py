@@ -12,7 +12,7 @@ from typing import Any
 
 from qualify.profile import Profile
 from qualify.run.arms import ArmJob
-from qualify.runtime.companions import CHECKPOINT, REFERENCE, SOURCE
+from qualify.runtime.companions import CHECKPOINT, CHECKPOINT_PUBLISHED, REFERENCE, REFERENCE_PUBLISHED, SOURCE
 from qualify.serving import client as serving
 from qualify.serving import paired_measure as pm
 from qualify.serving import prompt_sets as ps
@@ -81,6 +81,8 @@ def arm_jobs(profile: Profile, levels: Collection[str]) -> list[ArmJob]:
                     for c in concurrencies}
 
         jobs += [ArmJob("speedup", CHECKPOINT, timed), ArmJob("speedup", REFERENCE, timed)]
+        if speedup.as_published and profile.runtime.qualification_overrides:
+            jobs += [ArmJob("speedup", CHECKPOINT_PUBLISHED, timed), ArmJob("speedup", REFERENCE_PUBLISHED, timed)]
     return jobs
 
 

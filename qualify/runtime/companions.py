@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +30,12 @@ from qualify.runtime.plan import HF_CACHE_TARGET, LaunchPlan, Mount, on_port
 CHECKPOINT = "checkpoint"
 REFERENCE = "reference"
 SOURCE = "source"
-ROLES = (REFERENCE, SOURCE)
-ARMS = (CHECKPOINT, SOURCE, REFERENCE)
+#: The checkpoint and the target alone as users run them: the published environment, without the
+#: qualification overrides (the speedup's measured-only arms).
+CHECKPOINT_PUBLISHED = "checkpoint-published"
+REFERENCE_PUBLISHED = "reference-published"
+ROLES = (REFERENCE, SOURCE, CHECKPOINT_PUBLISHED, REFERENCE_PUBLISHED)
+ARMS = (CHECKPOINT, SOURCE, REFERENCE, CHECKPOINT_PUBLISHED, REFERENCE_PUBLISHED)
 #: The launcher's value of SPECULATOR for a server without a speculator (runtimes/vllm-cpu/launch.py).
 NO_SPECULATOR = "none"
 #: vLLM CPU's core binding of an engine's OpenMP threads; unset, every engine binds the same cores.
@@ -66,14 +70,17 @@ def checkpoint_mount(plan: LaunchPlan) -> str | None:
     return hub_snapshot(env["DFLASH_MODEL"], plan.draft_revision)
 
 
-def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraft | None = None) -> LaunchPlan:
+def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraft | None = None,
+                   published: Mapping[str, str | None] | None = None) -> LaunchPlan:
     """The launch plan of ``role``'s server, derived from the load level's ``plan``.
 
     Args:
         plan: the load level's launch plan (the checkpoint's container).
-        role: ``reference`` or ``source``.
+        role: one of :data:`ROLES`.
         port: the companion's own port (all share the host's network).
         source: the source draft to mount, for ``source``.
+        published: for the published arms, each qualification override's published value (None: the
+            published command does not set it).
 
     Raises:
         UsageError: an unknown role, or ``source`` without a source draft.
@@ -84,9 +91,17 @@ def companion_plan(plan: LaunchPlan, role: str, *, port: int, source: SourceDraf
     env = dict(plan.env)
     checkpoint_at = checkpoint_mount(plan)
     mounts = [m for m in plan.mounts if m.target != checkpoint_at]
-    if role == REFERENCE:
+    if role in (CHECKPOINT_PUBLISHED, REFERENCE_PUBLISHED):
+        if published is None:
+            raise UsageError(f"the {role} server needs the published values of the qualification overrides")
+        env = {k: v for k, v in env.items() if k not in published}
+        env.update({k: v for k, v in published.items() if v is not None})
+    if role in (REFERENCE, REFERENCE_PUBLISHED):
         env = {k: v for k, v in env.items() if k not in _DRAFT_VARS}
         env["SPECULATOR"] = NO_SPECULATOR
+        draft_revision = plan.draft_revision
+    elif role == CHECKPOINT_PUBLISHED:
+        mounts = list(plan.mounts)  # the checkpoint stays mounted: this arm serves it too
         draft_revision = plan.draft_revision
     else:
         if source is None:
@@ -116,5 +131,21 @@ def core_of(index: int, cores: Sequence[int]) -> int | None:
     return cores[index % len(cores)] if cores else None
 
 
-__all__ = ["ARMS", "CHECKPOINT", "CORE_BIND_VAR", "NO_SPECULATOR", "REFERENCE", "ROLES", "SOURCE", "SourceDraft",
-           "bind_core", "checkpoint_mount", "companion_plan", "core_of", "hub_snapshot", "usable_cores"]
+__all__ = [
+    "ARMS",
+    "CHECKPOINT",
+    "CHECKPOINT_PUBLISHED",
+    "CORE_BIND_VAR",
+    "NO_SPECULATOR",
+    "REFERENCE",
+    "REFERENCE_PUBLISHED",
+    "ROLES",
+    "SOURCE",
+    "SourceDraft",
+    "bind_core",
+    "checkpoint_mount",
+    "companion_plan",
+    "core_of",
+    "hub_snapshot",
+    "usable_cores",
+]

@@ -112,8 +112,12 @@ class RuntimeSession:
             self.plan = dataclasses.replace(self.plan, mounts=self.plan.mounts + extra)
         # role -> the source draft it mounts (None for the reference).
         self.companion_roles: dict[str, comp.SourceDraft | None] = dict(companions or {})
+        rt = profile.runtime
+        # What the published command sets for each variable the qualification launch overrides (None: nothing).
+        self.published: dict[str, str | None] = {k: rt.env.get(k) for k in rt.qualification_overrides}
         for role in self.companion_roles:
-            comp.companion_plan(self.plan, role, port=1, source=self.companion_roles[role])  # refused now, not later
+            comp.companion_plan(self.plan, role, port=1, source=self.companion_roles[role],  # refused now, not later
+                                published=self.published)
         self.side_by_side = profile.arms_side_by_side
         # Engines that run at once spread over the cores (by default each binds the same ones); one alone takes all.
         self._cores = tuple(cores) if self.side_by_side and len(self.companion_roles) > 0 else ()
@@ -221,7 +225,8 @@ class RuntimeSession:
 
     def _start_companion(self, role: str, index: int) -> c.RuntimeContainer | None:
         """Start ``role``'s container; None (the failure kept for its checks) when it cannot start."""
-        plan = comp.companion_plan(self.plan, role, port=free_port(self.plan.host), source=self.companion_roles[role])
+        plan = comp.companion_plan(self.plan, role, port=free_port(self.plan.host), source=self.companion_roles[role],
+                                   published=self.published)
         core = comp.core_of(index, self._cores)
         if core is not None:
             plan = comp.bind_core(plan, core)

@@ -241,8 +241,9 @@ def _in_batches(client: Any, endpoint: str, prompts: Sequence[Prompt], req: Requ
             run.failures.append(f"{bid} ({', '.join(run.batches[bid])}): {exc}")
             continue
         problems = identity_findings(delta, proposal_length=req.proposal_length, full_block=req.full_block)
-        tokens = [c.completion_tokens for c in done]
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        tokens = [c.completion_tokens for c in done if isinstance(c.completion_tokens, int)
+                  and not isinstance(c.completion_tokens, bool)]
+        if len(tokens) == len(done):
             # Each request's bound, summed: drafts <= sum(T - 1), drafts + accepted <= sum(T - 1 + k), which is
             # one request's bound for T' = sum(T) - n + 1 tokens at proposal length n * k.
             n = len(tokens)

@@ -84,8 +84,11 @@ def test_seed_profile_hard_values(seed_profile: Profile) -> None:
     assert d["parallelism"] == {"tensor_parallel_size": 4, "decode_context_parallel_size": 1}
     assert d["dflash"] == {"proposal_length": 7, "kv_cache": "auto", "kv_cache_dtype": "BF16"}
     assert d["smoke"] == {"max_tokens": 32, "temperature": 0}
-    assert seed_profile.required_levels == ("structure", "format", "reproduction", "load", "smoke", "paired")
-    assert seed_profile.measured_levels == ("speedup",)
+    assert seed_profile.required_levels == ("structure", "format", "reproduction", "load", "smoke", "acceptance",
+                                            "paired", "losslessness")
+    assert seed_profile.measured_levels == ("throughput", "speedup")
+    assert not seed_profile.arms_side_by_side  # one GLM instance at a time on the four GPUs
+    assert seed_profile.speedup is not None and seed_profile.speedup.as_published
     paired = seed_profile.paired
     assert paired is not None and (paired.margin, paired.concurrency, paired.full_block) == (0.02, (1, 16), True)
     assert d["levels"]["not_qualified"] == ["runtime throughput", "CUDA graph performance"]

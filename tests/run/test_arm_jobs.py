@@ -17,7 +17,9 @@ def test_each_level_measures_on_the_arms_it_compares(cpu: Profile) -> None:
     jobs = arm_jobs(cpu, {"paired", "losslessness", "throughput", "speedup"})
     assert [(j.level, j.arm) for j in jobs] == [
         ("paired", "checkpoint"), ("paired", "source"), ("losslessness", "checkpoint"), ("losslessness", "reference"),
-        ("throughput", "checkpoint"), ("speedup", "checkpoint"), ("speedup", "reference")]
+        ("throughput", "checkpoint"), ("speedup", "checkpoint"), ("speedup", "reference"),
+        # As users run it (the published environment): measured only.
+        ("speedup", "checkpoint-published"), ("speedup", "reference-published")]
 
 
 def test_only_the_runs_levels_have_jobs(cpu: Profile) -> None:

@@ -79,6 +79,21 @@ def test_engines_are_spread_over_the_cores(plan: plans.LaunchPlan) -> None:
     assert _changed(plan, bound) == {comp.CORE_BIND_VAR: (None, "1")}
 
 
+def test_the_published_arms_differ_from_the_qualification_launch_only_in_its_overrides(
+        plan: plans.LaunchPlan) -> None:
+    published = {"CUDAGRAPH_MODE": "FULL", "PER_REQUEST_SPEC_DECODE_METRICS": None}
+    checkpoint = comp.companion_plan(plan, comp.CHECKPOINT_PUBLISHED, port=3, published=published)
+    assert _changed(plan, checkpoint) == {"CUDAGRAPH_MODE": ("NONE", "FULL"),
+                                          "PER_REQUEST_SPEC_DECODE_METRICS": ("summary", None), "PORT": (
+                                              plan.env_dict["PORT"], "3")}
+    assert checkpoint.mounts == plan.mounts and checkpoint.draft_revision == plan.draft_revision
+    reference = comp.companion_plan(plan, comp.REFERENCE_PUBLISHED, port=4, published=published)
+    assert reference.env_dict["SPECULATOR"] == comp.NO_SPECULATOR and "DFLASH_MODEL" not in reference.env_dict
+    assert reference.env_dict["CUDAGRAPH_MODE"] == "FULL"
+    with pytest.raises(UsageError, match="needs the published values of the qualification overrides"):
+        comp.companion_plan(plan, comp.CHECKPOINT_PUBLISHED, port=3)
+
+
 def test_what_cannot_be_planned_is_refused(plan: plans.LaunchPlan) -> None:
     with pytest.raises(UsageError, match="unknown companion server 'draft'"):
         comp.companion_plan(plan, "draft", port=1)
