@@ -202,3 +202,18 @@ def test_a_declared_revision_variable_needs_a_pinned_target_the_env_agrees_with(
     other_var = write_variant(tmp_path, text, 'target_revision_env = "MODEL_REVISION"',
                               'target_revision_env = "DFLASH_MODEL_REVISION"', name="c.toml")
     assert "target_revision_env" in profile_error(other_var)
+
+
+def test_a_run_given_a_snapshot_at_another_revision_is_refused_before_any_level(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture[str]):
+    from qualify.cli import main
+    from tests.helpers import FIXTURE, TRACEBACK
+
+    other = hub_snapshot(tmp_path, revision=OTHER_REV)
+    reports = tmp_path / "reports"
+    code = main(["check", str(FIXTURE / "mxfp8"), "--profile", "glm53-flash-dflash2-mxfp8-tp4", "--levels",
+                 "structure", "--report-dir", str(reports), "--target-snapshot", str(other)])
+    out, err = capsys.readouterr()
+    assert code == 2 and TRACEBACK not in out + err
+    assert f"--target-snapshot {other}: a snapshot of {TARGET_REPO} at revision {OTHER_REV}, not at" in err
+    assert not reports.exists()  # nothing ran, nothing was written
