@@ -280,7 +280,7 @@ def serving_profile(path: Path, *, request_timeout_s: float = 5.0, smoke_timeout
     and optionally serves at ``endpoint`` (its port is the launch env's ``PORT``).
     """
     text = (REPO / "qualify" / "profiles" / "fixture.toml").read_text()
-    prompts = REPO / "fixtures" / "prompts" / "acceptance-v1.json"
+    prompts = REPO / "qualify" / "prompt_sets" / "acceptance-v1" / "acceptance-v1.json"
     text = re.sub(r'(?m)^prompts = ".*"$', lambda _: f"prompts = {json.dumps(str(prompts))}", text)
     text = re.sub(r"(?m)^request_timeout_s = .*$", f"request_timeout_s = {request_timeout_s}", text)
     text = re.sub(r"(?ms)^\[local_server\]\n.*?(?=^\[)", "", text)

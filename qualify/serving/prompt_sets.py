@@ -11,7 +11,7 @@ profile records each file's sha256, which is checked on the very bytes parsed.
 Formats (one JSON object a line for the JSONL ones; blank lines are allowed; a file whose
 name ends in ``.gz`` is one gzip stream of that text, hashed as published, compressed):
 
-- ``qualify``: this repository's prompt set (``fixtures/prompts/``): see
+- ``qualify``: this repository's prompt set (``qualify/prompt_sets/acceptance-v1/``): see
   :func:`load_prompts`.
 - ``mt-bench``: FastChat's ``question.jsonl``: ``question_id``, ``category``, ``turns`` (a
   list of user messages). The first turn is asked as a chat message (a second turn needs

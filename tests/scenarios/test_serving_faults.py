@@ -233,7 +233,7 @@ def test_a_signal_while_a_request_hangs_writes_an_interrupted_report(outcomes: d
 
 
 def prompt_set() -> ps.PromptSet:
-    return ps.load_prompts(REPO / "fixtures" / "prompts" / "acceptance-v1.json")
+    return ps.load_prompts(REPO / "qualify" / "prompt_sets" / "acceptance-v1" / "acceptance-v1.json")
 
 
 @pytest.mark.parametrize(

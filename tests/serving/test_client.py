@@ -27,7 +27,7 @@ from tests.fault_server import QuietJSONHandler
 from tests.serving.test_counters import metrics_text
 
 MODEL = "dflash2-tiny-target"
-PROMPTS = Path(__file__).resolve().parents[2] / "fixtures" / "prompts" / "acceptance-v1.json"
+PROMPTS = Path(__file__).resolve().parents[2] / "qualify" / "prompt_sets" / "acceptance-v1" / "acceptance-v1.json"
 
 
 class FakeVLLM:

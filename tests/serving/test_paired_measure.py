@@ -15,7 +15,7 @@ from qualify.serving.paired_measure import Request
 from tests.fault_server import MODEL, fault_server
 from tests.helpers import REPO
 
-SHIPPED = REPO / "fixtures" / "prompts" / "acceptance-v1.json"
+SHIPPED = REPO / "qualify" / "prompt_sets" / "acceptance-v1" / "acceptance-v1.json"
 REQ = Request(model=MODEL, max_tokens=32, temperature=0.0, timeout_s=5.0, proposal_length=7, full_block=True)
 
 

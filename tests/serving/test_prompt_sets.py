@@ -17,7 +17,7 @@ from qualify.serving import prompt_sets as psm
 from qualify.serving.prompt_sets import chat_template_identity, load_entry, load_prompt_set, load_prompts, set_identity
 from tests.helpers import REPO
 
-SHIPPED = REPO / "fixtures" / "prompts" / "acceptance-v1.json"
+SHIPPED = REPO / "qualify" / "prompt_sets" / "acceptance-v1" / "acceptance-v1.json"
 
 
 def jsonl(path: Path, rows: list[object], *, blank_after: int | None = None) -> Path:
