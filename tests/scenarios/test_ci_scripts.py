@@ -31,11 +31,13 @@ def env(tmp_path: Path) -> dict[str, str]:
     recorder.chmod(0o755)
     (tmp_path / "ckpt dir").mkdir()
     (tmp_path / "source").mkdir()
+    (tmp_path / "snapshot").mkdir()
     (tmp_path / "runs" / "run-1").mkdir(parents=True)
     (tmp_path / "runs" / "run-1" / "attestation.intoto.jsonl").write_text("{}\n")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "HF_"))}
     base.update(QUALIFY_BIN=str(recorder), RECORDED=str(tmp_path / "argv"), CHECKPOINT=str(tmp_path / "ckpt dir"),
                 SOURCE=str(tmp_path / "source"), DRAFT_REVISION=COMMIT, IMAGE_DIGEST=DIGEST,
+                TARGET_SNAPSHOT=str(tmp_path / "snapshot"),
                 REPORTS=str(tmp_path / "reports"), RUNS=str(tmp_path / "runs"), SIGN_KEY_PEM="-----BEGIN KEY-----",
                 VERIFY_KEY_PEM="-----BEGIN PUBLIC KEY-----", HF_TOKEN="hf_secret_token_value",
                 QUALIFY_PYTHON=str(REPO / ".venv" / "bin" / "python"), RUNNER_TEMP=str(tmp_path))
@@ -79,6 +81,7 @@ def test_a_hostile_input_is_refused_by_name_and_never_runs(env: dict[str, str], 
 @pytest.mark.parametrize(("name", "value", "rule"), [
     ("SOURCE", "relative/path", "is not an absolute path"),
     ("SOURCE", "/no/such/folder", "is not an existing folder"),
+    ("TARGET_SNAPSHOT", "/no/such/folder", "is not an existing folder"),
     ("IMAGE_DIGEST", "latest", "is not a sha256:<64 hex> digest"),
     ("DRAFT_REVISION", "main", "is not a 40-hex lowercase commit"),
     ("DRAFT_REVISION", COMMIT.upper(), "is not a 40-hex lowercase commit"),
@@ -98,6 +101,7 @@ def test_qualify_runs_the_policy_profile_with_each_input_one_argument(env: dict[
     assert argv[:3] == ["run", "--profile", "glm53-flash-dflash2-mxfp8-tp4"]  # the committed policy's
     assert argv[argv.index("--checkpoint") + 1] == env["CHECKPOINT"]  # "ckpt dir": one argument
     assert argv[argv.index("--draft-revision") + 1] == COMMIT
+    assert argv[argv.index("--target-snapshot") + 1] == env["TARGET_SNAPSHOT"]  # the target held to its commit
     key = Path(argv[argv.index("--sign-key") + 1])
     assert not key.exists()  # the key file is gone once the step ends
     assert "-----BEGIN KEY-----" not in proc.stdout + proc.stderr

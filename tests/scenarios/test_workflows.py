@@ -62,7 +62,7 @@ def test_gpu_workflow_is_manual_only_and_takes_data_never_policy(gpu):
     assert set(gpu["on"]) == {"workflow_dispatch"}
     inputs = gpu["on"]["workflow_dispatch"]["inputs"]
     # Which folders and which commit: the dispatcher's. The profile, levels and repository: the policy's.
-    assert set(inputs) == {"checkpoint", "source", "draft_revision", "image_digest"}
+    assert set(inputs) == {"checkpoint", "source", "draft_revision", "image_digest", "target_snapshot"}
     assert all(i["required"] for i in inputs.values())
 
 
