@@ -27,6 +27,12 @@ CHANGES: tuple[str, ...] = (
     "float32 activations allowed for ModelOpt MXFP8 (vLLM allows bfloat16 only)",
     "DFlash context keys normalised with each draft layer's own K-norm weight (on CPU vLLM 0.32.0 applies "
     "layer 0's to every layer)",
+    "DFlash 2 drafts allowed on the V1 runner (vLLM 0.32.0 refuses 'DFlash candidate-head drafts' there; "
+    "LiLiCorr still refused)",
+    "DFlash 2 candidate head exercised on CPU (vLLM 0.32 model code, the plugin's proposer): vLLM's "
+    "compute_candidates and candidate selector, then the candidate walk at temperature 0, equal bit for bit "
+    "to vLLM's Triton kernel; temperature > 0 drafts the same walk with no draft probabilities (the GPU's "
+    "Gumbel-sampled walk and draft-logits cache are GPU-only)",
 )
 
 

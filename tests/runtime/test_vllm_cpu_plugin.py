@@ -4,8 +4,10 @@ Each probe runs in a fresh interpreter of vLLM's venv with the plugin folder on
 ``PYTHONPATH`` (as a server gets it): the entry point is discovered, vLLM 0.32.0 fails to
 pick an MXFP8 kernel on CPU without the plugin and picks the emulation kernel with it,
 float32 is allowed, the DFlash context K-norm is per layer (the unpatched method is shown
-to be wrong on the same input), and every refusal names what moved. Without the vLLM
-venv these tests FAIL and name the setup script.
+to be wrong on the same input), DFlash 2 is allowed on the V1 runner (and LiLiCorr still refused),
+``DFlashProposer`` drafts a DFlash 2 model through its candidate head (vLLM's own ``_score_edges``,
+the anchors read where DFlash writes them, the walk) and a DFlash model as before, and every refusal
+names what moved. Without the vLLM venv these tests FAIL and name the setup script.
 """
 
 from __future__ import annotations
@@ -59,6 +61,70 @@ out["knorm_err_after"] = (DFlashQwen3Model._normalize_context_k(Model(), k) - re
 print("RESULT " + json.dumps(out))
 """
 
+# The V1 refusal before and after, on configs that carry only what the check reads; then DFlashProposer's
+# drafting with a DFlash 2 model whose candidate head is vLLM's _score_edges on random tables, and a DFlash one.
+DFLASH2 = """
+import json, types, torch
+from types import SimpleNamespace as NS
+from vllm.config.vllm import VllmConfig
+from vllm.model_executor.models.qwen3_dflash2 import DFlash2Qwen3ForCausalLM, _score_edges
+from vllm.v1.spec_decode.dflash import DFlashProposer
+
+def config(arch):
+    ns = NS(parallel_config=NS(prefill_context_parallel_size=1, pipeline_parallel_size=1,
+                               enable_batch_sharded_sampling=False),
+            scheduler_config=NS(async_scheduling=False), model_config=NS(is_diffusion=False),
+            speculative_config=NS(method="dflash", enable_adaptive_verification=False,
+                                  draft_model_config=NS(architectures=[arch], hf_config=NS(layer_types=None))))
+    for name in ("_is_dflash_candidate_draft", "_dflash_needs_multi_kv_group"):
+        setattr(ns, name, types.MethodType(getattr(VllmConfig, name), ns))
+    return ns
+
+ARCHS = ["DFlash2DraftModel", "LiLiCorrDraftModel", "DFlashDraftModel"]
+refused = lambda: {a: VllmConfig._get_v1_model_runner_unsupported_features(config(a)) for a in ARCHS}
+out = {"before": refused()}
+import qualify_vllm_cpu
+qualify_vllm_cpu.register()
+out["after"] = refused()
+
+from qualify_vllm_cpu.candidate_walk import candidate_walk
+g = torch.Generator().manual_seed(0)
+steps, top_k, reqs, hidden, vocab, rank = 7, 8, 3, 16, 64, 4
+lm_head = torch.randn(vocab, hidden, generator=g)
+pred, succ = torch.randn(vocab, rank, generator=g), torch.randn(vocab, rank, generator=g)
+proj = torch.randn(rank, hidden, generator=g)
+seen = {}
+def compute_candidates(h):
+    values, ids = (h @ lm_head.T).topk(top_k, dim=-1)
+    return ids, values
+def selector(c, u, h, a):
+    seen["anchors"], seen["shapes"] = a.tolist(), [list(c.shape), list(u.shape), list(h.shape)]
+    seen["scores"] = _score_edges(pred, succ, c, u, h @ proj.T, a, top_k)
+    seen["candidates"] = c
+    return seen["scores"]
+class Model(DFlash2Qwen3ForCausalLM):
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+model = Model()
+model.compute_candidates = compute_candidates
+model.model = NS(candidate_selector=selector)
+input_ids = torch.arange(30, 30 + reqs * (1 + steps) + 4, dtype=torch.int32)
+proposer = NS(model=model, num_speculative_tokens=steps, input_ids=input_ids)
+h = torch.randn(reqs * steps, hidden, generator=g)
+tokens, probs = DFlashProposer._sample_draft_tokens(proposer, h, None)
+walked, _ = candidate_walk(seen["scores"], seen["candidates"])
+greedy = (h @ lm_head.T).argmax(-1)
+out["dflash2"] = {"tokens": tokens.tolist(), "walked": walked.view(-1).tolist(), "probs": probs,
+                  "anchors": seen["anchors"], "expected_anchors": input_ids[: reqs * (1 + steps): 1 + steps].tolist(),
+                  "shapes": seen["shapes"], "differs_from_greedy": int((tokens != greedy).sum())}
+dflash = NS(model=NS(compute_logits=lambda x: x @ lm_head.T), use_local_argmax_reduction=False,
+            use_heterogeneous_vocab=False, _enable_probabilistic_draft_probs=False)
+dflash._greedy_sample = types.MethodType(DFlashProposer._greedy_sample, dflash)
+tokens1, probs1 = DFlashProposer._sample_draft_tokens(dflash, h, None)
+out["dflash"] = {"equal_greedy": torch.equal(tokens1, greedy), "probs": probs1}
+print("RESULT " + json.dumps(out))
+"""
+
 # Each case changes one internal (or the version, or the platform), then registers.
 REFUSE = """
 import json
@@ -95,6 +161,29 @@ REFUSALS: dict[str, tuple[str, tuple[str, ...]]] = {
     "k-norm gone": (
         "from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model as M\ndel M._normalize_context_k",
         ("DFlashQwen3Model._normalize_context_k", "does not exist")),
+    "v1 refusal moved": (
+        "from vllm.config.vllm import VllmConfig as C\nC._get_v1_model_runner_unsupported_features = lambda self: []",
+        ("VllmConfig._get_v1_model_runner_unsupported_features", "has changed")),
+    "draft sampling signature": (
+        "from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer as P\n"
+        "P._sample_draft_tokens = lambda self, hidden_states: None",
+        ("SpecDecodeBaseProposer._sample_draft_tokens", "takes (self, hidden_states)")),
+    "dflash drafts its own way": (
+        "from vllm.v1.spec_decode.dflash import DFlashProposer as P\n"
+        "P._sample_draft_tokens = lambda self, hidden_states, sampling_metadata: None",
+        ("DFlashProposer._sample_draft_tokens", "exists")),
+    "propose changed": (
+        "from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer as P\n"
+        "P.propose = lambda self, *a, **k: None",
+        ("SpecDecodeBaseProposer.propose", "has changed")),
+    "compute_candidates gone": (
+        "from vllm.model_executor.models.qwen3_dflash2 import DFlash2Qwen3ForCausalLM as M\n"
+        "del M.compute_candidates",
+        ("DFlash2Qwen3ForCausalLM.compute_candidates", "does not exist")),
+    "selector signature": (
+        "from vllm.model_executor.models.qwen3_dflash2 import CandidateSelector as S\n"
+        "S.forward = lambda self, candidate_ids, unary_logits, hidden_states: None",
+        ("CandidateSelector.forward", "takes (self, candidate_ids, unary_logits, hidden_states)")),
 }
 
 
@@ -145,9 +234,38 @@ def test_register_is_idempotent_and_logs_what_it_changed(applied: tuple[dict[str
     out, log = applied
     assert out["changes"] == out["changes_again"]
     assert [c.split(":")[0] for c in out["changes"]] == [
-        "mxfp8-emulation-kernel", "mxfp8-float32-activations", "dflash-context-k-norm"]
+        "mxfp8-emulation-kernel", "mxfp8-float32-activations", "dflash-context-k-norm", "dflash2-v1-allowed",
+        "dflash2-candidate-head"]
     active = [line for line in log.splitlines() if ACTIVE_LINE in line]
     assert len(active) == 2 and "vLLM 0.32.0" in active[0] and "dflash-context-k-norm" in active[0]
+
+
+@pytest.fixture(scope="module")
+def dflash2() -> dict[str, Any]:
+    return _probe(DFLASH2)[0]
+
+
+def test_dflash2_alone_is_allowed_on_the_v1_runner(dflash2: dict[str, Any]) -> None:
+    before, after = dflash2["before"], dflash2["after"]
+    assert before["DFlash2DraftModel"] == ["DFlash candidate-head drafts"]
+    assert after["DFlash2DraftModel"] == []
+    # LiLiCorr, the other candidate-head architecture, has no CPU path: still refused.
+    assert before["LiLiCorrDraftModel"] == after["LiLiCorrDraftModel"] == ["DFlash candidate-head drafts"]
+    assert before["DFlashDraftModel"] == after["DFlashDraftModel"] == []
+
+
+def test_dflash_proposer_drafts_dflash2_through_the_candidate_head(dflash2: dict[str, Any]) -> None:
+    out = dflash2["dflash2"]
+    assert out["shapes"] == [[3, 7, 8], [3, 7, 8], [3, 7, 16]]
+    # Each request's first query token, as the V2 speculator reads its anchors.
+    assert out["anchors"] == out["expected_anchors"] == [30, 38, 46]
+    assert out["tokens"] == out["walked"] and out["probs"] is None
+    # The pairwise scores change the drafts: the walk is not the DFlash head's greedy token.
+    assert out["differs_from_greedy"] > 0
+
+
+def test_dflash_proposer_drafts_dflash_as_before(dflash2: dict[str, Any]) -> None:
+    assert dflash2["dflash"] == {"equal_greedy": True, "probs": None}
 
 
 @pytest.fixture(scope="module")

