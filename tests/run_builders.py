@@ -1,7 +1,7 @@
 """Reports built in code, for the gate, card and diff tests (no suite run needed).
 
 :func:`seed_run` is a run of the seed profile whose checks passed and whose load and
-smoke evidence carry the runtime facts the seed model card records, in the measured
+smoke evidence carry the runtime facts the seed profile's evidence items show, in the measured
 keys qualify/report/card.py documents.
 """
 
@@ -23,14 +23,23 @@ FILES = [
     {"path": "model.safetensors", "sha256": "4" * 64, "size": 1_200_000_000},
 ]
 
-# Server log lines as a vLLM build with the DFlash 2 and ModelOpt MXFP8 integration might
-# print them; each matches one of the seed profile's [[evidence]] patterns.
+# Server log lines as vLLM 0.32 prints them while the community image loads the NVFP4 target and then (Model
+# Runner V2) the DFlash 2 draft, with the community image's own B12X context K/V projection line; each of the
+# seed profile's [[evidence]] patterns matches one.
 LOAD_LOG = """\
-INFO 08-30 12:00:01 [config.py:1200] Detected ModelOpt MXFP8 checkpoint; using quantization modelopt_mxfp8
-INFO 08-30 12:00:02 [mxfp8.py:88] Using B12xMxfp8LinearKernel for DFlash draft GEMMs
-INFO 08-30 12:00:02 [dflash.py:210] B12xMxfp8LinearKernel selected for the fused context_kv_proj
-INFO 08-30 12:00:09 [gpu_model_runner.py:2001] Model loading took 20.41 GiB and 30.2 seconds
-INFO 08-30 12:00:11 [gpu_model_runner.py:2050] Loading drafter weights took 1.20 GB and 1.9 seconds
+INFO 08-30 12:00:00 [vllm.py:2706] Initializing a V1 LLM engine (v0.32.0) with config: \
+model='local-inference-lab/GLM-5.3-Flash-NVFP4', speculative_config=SpeculativeConfig(method='dflash', \
+model='/models/draft', num_spec_tokens=7)
+INFO 08-30 12:00:01 [model.py:733] Resolved architecture: GlmMoeDsaForCausalLM
+INFO 08-30 12:00:01 [model.py:733] Resolved architecture: DFlash2DraftModel
+INFO 08-30 12:00:02 [weight_utils.py:1108] Filesystem type for checkpoints: EXT4. Checkpoint size: 283.41 GiB. \
+Available RAM: 1500.00 GiB.
+INFO 08-30 12:00:09 [default_loader.py:501] Loading weights took 95.31 seconds
+INFO 08-30 12:00:10 [weight_utils.py:1108] Filesystem type for checkpoints: EXT4. Checkpoint size: 1.20 GiB. \
+Available RAM: 1200.00 GiB.
+INFO 08-30 12:00:10 [__init__.py:982] Using B12xMxfp8LinearKernel for MXFP8 GEMM
+INFO 08-30 12:00:10 [dflash.py:210] B12xMxfp8LinearKernel selected for the fused context_kv_proj
+INFO 08-30 12:00:11 [default_loader.py:501] Loading weights took 1.90 seconds
 """
 SMOKE_LOG = """\
 INFO 08-30 12:01:00 [metrics.py:100] SpecDecoding metrics: Mean acceptance length: 4.1, Accepted: 24 tokens, \
@@ -63,8 +72,16 @@ def log_evidence(log: str, level: str, profile: str = SEED) -> dict[str, Any]:
     return ev.measured
 
 
-def make_check(level: str, name: str, status: Status = Status.PASSED, measured: dict[str, Any] | None = None) -> Check:
-    ev = Evidence(f"rule of {name}", measured=dict(measured or {}))
+def evidence_expected(level: str, profile: str = SEED) -> dict[str, Any]:
+    """What the evidence check records as expected of each ``level`` item (its description, source or unverified)."""
+    from qualify.runtime.log_evidence import check_log_evidence
+
+    return check_log_evidence("", load_profile(profile), level).expected
+
+
+def make_check(level: str, name: str, status: Status = Status.PASSED, measured: dict[str, Any] | None = None,
+               expected: dict[str, Any] | None = None) -> Check:
+    ev = Evidence(f"rule of {name}", measured=dict(measured or {}), expected=dict(expected or {}))
     if status is Status.FAILED:
         ev.add("it is broken", file="model.safetensors")
     return Check(f"{level}.{name}", level, name, status, ev.summary, ev)
@@ -115,11 +132,13 @@ def seed_run(*, status: dict[str, Status] | None = None, measured: dict[str, dic
             if lv != level:
                 continue
             cid = f"{lv}.{name}"
+            # An evidence check records what it expected of each item, whatever it measured.
+            expected = evidence_expected(lv) if values is None else None
             if cid in measured:
                 values = measured[cid]
             elif values is None:
                 values = log_evidence(logs[lv], lv)
-            lvl.checks.append(make_check(lv, name, status.get(cid, Status.PASSED), values))
+            lvl.checks.append(make_check(lv, name, status.get(cid, Status.PASSED), values, expected))
         run.levels.append(lvl)
     return run
 

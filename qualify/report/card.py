@@ -10,28 +10,30 @@ structure"; ``format`` *and* ``reproduction`` passed -> "exact format reproducti
 never claims the format was reproduced exactly when the format level failed);
 ``load`` -> "loading"; ``smoke`` -> "smoke inference"; other levels by their titles.
 
-What the runtime detected and loaded is read from the *measured* values of passed
-checks of passed levels; a failed level proves nothing, even where one of its checks
-passed. The contract, for the load and smoke suites' authors:
+What the runtime showed is read from the passed checks of passed levels; a failed level
+proves nothing, even where one of its checks passed. The contract, for the load and smoke
+suites' authors:
 
 - **Log evidence** (the layout :func:`qualify.runtime.log_evidence.check_log_evidence` writes):
   a check's ``measured["items"]`` maps each profile ``[[evidence]]`` name to the record
   of what matched, ``{"line": str, "matches": int, "gb": [number, ...]}`` (``gb`` only
-  for items with ``expected_gb``), or to ``None`` when nothing matched. The card reads
-  these names, and its words come from the matched ``line``, so a card never names a
-  method or kernel the log did not print:
+  for items with ``expected_gb``), or to ``None`` when nothing matched; its
+  ``expected[name]`` holds the item's ``description`` and, for a line no source at hand
+  prints, ``unverified``. The card claims each item whose line was found, in the words of
+  its description and nothing else, so a card never states a line no passing evidence
+  showed (no "detected ModelOpt MXFP8" unless an item showing it passed):
 
-  - ``modelopt_mxfp8_detected`` (load): "detected ModelOpt MXFP8", if the line says
-    ModelOpt MXFP8;
-  - ``b12x_mxfp8_linear_kernel_draft_gemms`` (load): "selected <K> for draft GEMMs",
-    K the ``...LinearKernel`` class the line names;
-  - ``b12x_mxfp8_linear_kernel_context_kv_proj`` (load): "... and the fused DFlash
-    context K/V projection" (the same K), or "... and <K2> for the fused ..." (another);
-  - ``draft_weights_loaded`` (load): "loaded <gb, 2 decimals> <unit> of draft
-    weights", when every ``gb`` value agrees to 2 decimals; the unit (GB or GiB) is the
-    one the line prints after that number, so 1.20 GiB is never written as 1.20 GB;
-  - ``speculative_request_completed`` (smoke): makes the request "speculative" (the
-    speculator drafted tokens).
+  - an item with ``unverified`` is claimed too (its line was in the log), marked as the
+    model card's wording, which no source at hand prints;
+  - a size item (``gb``): the size its description states is replaced by the size as the
+    line printed it, number and unit ("1.20 GB of draft weights loaded" is claimed as
+    "1.20 GiB of draft weights loaded" when vLLM printed GiB); the item is left out unless
+    its ``gb`` values are one finite, non-negative number that the line prints with a unit;
+  - ``speculative_request_completed`` (smoke): its claim is the word "speculative" in the
+    request sentence below, whose token count is the request's, not its description's;
+  - an item the report gives no description for is not claimed: there are no words for it;
+  - ``modelopt_mxfp8_detected`` (load), when its line says ModelOpt MXFP8, adds the
+    support sentence ("unsupported in vLLM builds that do not contain ... ModelOpt MXFP8").
 
 - **The smoke request**: a passed smoke check records ``measured["completion_tokens"]``
   (int > 0), or ``measured["completions"]``, a list of
@@ -66,19 +68,18 @@ CARD_WORDS: dict[str, str] = {
 }
 FORMAT_REPRODUCTION_WORDS = "exact format reproduction"
 
-# Names of the profile's [[evidence]] items the card reads (see the module docstring).
+# Names of the profile's [[evidence]] items the card reads beyond their descriptions (see the module docstring).
 QUANTIZATION_ITEM = "modelopt_mxfp8_detected"
-DRAFT_GEMM_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_draft_gemms"
-#: The same claim where the profile's runtime names no particular kernel (the vLLM CPU fixture's).
-ANY_DRAFT_GEMM_KERNEL_ITEM = "mxfp8_linear_kernel_draft_gemms"
-CONTEXT_KV_KERNEL_ITEM = "b12x_mxfp8_linear_kernel_context_kv_proj"
-WEIGHTS_ITEM = "draft_weights_loaded"
 SPECULATIVE_ITEM = "speculative_request_completed"
 
 # What the card may say was detected, and the text a matched line must hold to say it.
 _QUANTIZATION_WORDS = ((re.compile(r"(?i)\bmodelopt[\s_-]*mxfp8\b"), "ModelOpt MXFP8"),)
-_KERNEL = re.compile(r"\b([A-Z]\w*LinearKernel)\b")
 _SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s*(GiB|GB)\b")
+
+#: Said of a claimed item whose line no source at hand prints (``unverified`` in the profile).
+CARD_WORDING_NOTE = "the model card's wording; no source at hand prints this line"
+#: What the list of claimed evidence items follows.
+EVIDENCE_HEAD = "The runtime's log showed (each line found by a passed check):"
 
 # The integration the support sentence names besides the detected quantization: what
 # this harness qualifies (DFlash 2 drafts served by vLLM), not something a report measures.
@@ -374,24 +375,14 @@ def detected_quantization(run: Run) -> str | None:
     return next((words for pattern, words in _QUANTIZATION_WORDS if pattern.search(line)), None)
 
 
-def _kernel(run: Run, name: str) -> str | None:
-    line = _line(run, "load", name)
-    found = _KERNEL.search(line) if line else None
-    return escape_markdown(found.group(1)) if found else None
+@dataclass(frozen=True)
+class ShownItem:
+    """One evidence item a passed check found, as the card claims it."""
 
-
-def kernel_clause(run: Run) -> str | None:
-    gemms = _kernel(run, DRAFT_GEMM_KERNEL_ITEM) or _kernel(run, ANY_DRAFT_GEMM_KERNEL_ITEM)
-    kv = _kernel(run, CONTEXT_KV_KERNEL_ITEM)
-    if gemms and kv:
-        if gemms == kv:
-            return f"selected {gemms} for draft GEMMs and the fused DFlash context K/V projection"
-        return f"selected {gemms} for draft GEMMs and {kv} for the fused DFlash context K/V projection"
-    if gemms:
-        return f"selected {gemms} for draft GEMMs"
-    if kv:
-        return f"selected {kv} for the fused DFlash context K/V projection"
-    return None
+    name: str
+    level: str
+    claim: str  # Markdown: the item's description, escaped, with a size as the log printed it
+    card_wording: bool  # the profile marks its line unverified against source: the model card's wording
 
 
 def _is_number(value: Any) -> bool:
@@ -399,22 +390,76 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def weights_clause(run: Run) -> str | None:
-    record = evidence_item(run, "load", WEIGHTS_ITEM)
-    if record is None:
-        return None
+def printed_size(record: dict[str, Any]) -> str | None:
+    """The size a size item's line printed ("1.20 GiB"), or None when it cannot be stated exactly.
+
+    Every ``gb`` value must be the same finite, non-negative number (a log that printed two sizes
+    says neither), and the line must print that number with its unit: 1.20 GiB is never 1.20 GB.
+    """
     values = record.get("gb")
     values = values if isinstance(values, list) else [values]
-    if not values or not all(_is_number(v) and v > 0 for v in values):
+    if not values or not all(_is_number(v) and v >= 0 for v in values) or len(set(values)) != 1:
         return None
-    shown = {f"{v:.2f}" for v in values}
-    if len(shown) != 1:
-        return None  # the log printed sizes that differ at the precision the card would print
-    # The unit the log printed after that number: "1.20 GiB" is not 1.20 GB, and the card says which.
-    unit = next((m.group(2) for m in _SIZE.finditer(record["line"]) if float(m.group(1)) == float(values[0])), None)
-    if unit is None:
-        return None
-    return f"loaded {shown.pop()} {unit} of draft weights"
+    return next((f"{m.group(1)} {m.group(2)}" for m in _SIZE.finditer(record["line"])
+                 if float(m.group(1)) == float(values[0])), None)
+
+
+def _claim(description: str, size: str | None) -> str:
+    """``description`` as Markdown, its stated size (or, stating none, an added one) being ``size``."""
+    if size is None:
+        return escape_markdown(description)
+    stated = _SIZE.search(description)
+    if stated is None:
+        return f"{escape_markdown(description)} ({size})"
+    # The size is digits and a unit; the text around it is escaped where it stands, so a description
+    # that opens with the size ("1.20 GB of ...") is not taken for an ordered-list marker and escaped.
+    before, after = description[:stated.start()], description[stated.end():]
+    return (escape_markdown(before) if before else "") + size + escape_markdown(after)
+
+
+def shown_items(run: Run, level: str) -> list[ShownItem]:
+    """The evidence items of ``level`` a passed check of the passed level found, in the order it recorded them.
+
+    An item is claimed by its recorded description; one without a description, or a size item whose size
+    cannot be stated exactly (:func:`printed_size`), is not claimed at all.
+    """
+    out: list[ShownItem] = []
+    for lvl in run.levels:
+        if lvl.name != level or lvl.status is not Status.PASSED or not lvl.required:
+            continue
+        for c in lvl.checks:
+            if c.status is not Status.PASSED or c.evidence is None:
+                continue
+            items = c.evidence.measured.get("items")
+            for name, record in (items.items() if isinstance(items, dict) else ()):
+                if any(x.name == name for x in out):
+                    continue
+                spec = c.evidence.expected.get(name)
+                if not (isinstance(record, dict) and isinstance(record.get("line"), str) and record["line"].strip()
+                        and isinstance(spec, dict)):
+                    continue
+                description = spec.get("description")
+                if not isinstance(description, str) or not description.strip():
+                    continue
+                size = None
+                if "gb" in record or "gb" in spec:
+                    size = printed_size(record)
+                    if size is None:
+                        continue
+                out.append(ShownItem(str(name), level, _claim(description.strip(), size),
+                                     bool(spec.get("unverified"))))
+    return out
+
+
+def evidence_lines(run: Run) -> list[str]:
+    """The card's list of what the runtime's log showed: one line per claimed item, load then smoke.
+
+    The smoke evidence that the speculator drafted is said by the request sentence instead
+    (:func:`request_clause`), with the token count the request returned.
+    """
+    shown = [x for level in ("load", "smoke") for x in shown_items(run, level)
+             if not (x.level == "smoke" and x.name == SPECULATIVE_ITEM)]
+    return [f"- {x.claim}" + (f" ({CARD_WORDING_NOTE})" if x.card_wording else "") for x in shown]
 
 
 def completed_tokens(run: Run) -> int | None:
@@ -441,11 +486,8 @@ def request_clause(run: Run) -> str | None:
 
 
 def runtime_facts(run: Run) -> list[str]:
-    """The clauses of "The runtime detected ..., selected ..., loaded ..., and completed ...", in that order."""
-    quantization = detected_quantization(run)
-    clauses = [f"detected {quantization}"] if quantization else []
-    clauses += [c for c in (kernel_clause(run), weights_clause(run), request_clause(run)) if c]
-    return clauses
+    """The clauses of "The runtime ..." after the evidence list: the smoke request, where one was recorded."""
+    return [c for c in (request_clause(run),) if c]
 
 
 def not_qualified_sentence(run: Run, *, after_smoke: bool) -> str | None:
@@ -500,6 +542,9 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     conditions = run_runtime_conditions(run) if ran_runtime_levels(run) else checkpoint_conditions(run)
     if conditions:
         out += ["", *conditions]
+    shown = evidence_lines(run)
+    if shown:
+        out += ["", EVIDENCE_HEAD, "", *shown]
     facts = runtime_facts(run)
     after_smoke = completed_tokens(run) is not None
     paragraph = []

@@ -205,15 +205,15 @@ def test_evidence_pattern_must_be_a_valid_regex(tmp_path: Path, seed_profile_tex
     path = write_variant(
         tmp_path,
         seed_profile_text,
-        r"pattern = '(?i)\bdetected\s+modelopt\s+mxfp8\b'",
+        r"pattern = 'Resolved architecture: DFlash2DraftModel\b'",
         "pattern = '(unclosed'",
     )
-    assert "$.evidence[0].pattern: not a valid Python regex" in profile_error(path)
+    assert "$.evidence[1].pattern: not a valid Python regex" in profile_error(path)
 
 
 def test_expected_gb_needs_a_gb_group(tmp_path: Path, seed_profile_text: str) -> None:
     path = write_variant(tmp_path, seed_profile_text, "(?P<gb>", "(")
-    assert "$.evidence[3].pattern: has expected_gb but no (?P<gb>...) group" in profile_error(path)
+    assert "$.evidence[4].pattern: has expected_gb but no (?P<gb>...) group" in profile_error(path)
 
 
 def test_revision_must_be_lowercase(tmp_path: Path, seed_profile_text: str) -> None:

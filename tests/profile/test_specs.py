@@ -128,7 +128,8 @@ def test_seed_profile_hard_values(seed_profile: Profile) -> None:
 def test_seed_profile_evidence(seed_profile: Profile) -> None:
     evidence = {e["name"]: e for e in seed_profile.data["evidence"]}
     assert set(evidence) == {
-        "modelopt_mxfp8_detected",
+        "dflash_speculative_config",
+        "dflash2_draft_architecture",
         "b12x_mxfp8_linear_kernel_draft_gemms",
         "b12x_mxfp8_linear_kernel_context_kv_proj",
         "draft_weights_loaded",
@@ -142,14 +143,21 @@ def test_seed_profile_evidence(seed_profile: Profile) -> None:
     # Plausible log lines each pattern must find, and one line none may find. The exact
     # wording is not in the seed; these guard against patterns that match nothing or everything.
     samples = {
-        "modelopt_mxfp8_detected": "INFO [modelopt.py:123] Detected ModelOpt MXFP8 checkpoint.",
+        "dflash_speculative_config": (
+            "INFO [vllm.py:2706] Initializing a V1 LLM engine (v0.32.0) with config: speculative_config="
+            "SpeculativeConfig(method='dflash', model='/models/draft', num_spec_tokens=7)"
+        ),
+        "dflash2_draft_architecture": "INFO [model.py:733] Resolved architecture: DFlash2DraftModel",
         "b12x_mxfp8_linear_kernel_draft_gemms": (
-            "INFO [mxfp8.py:88] Using B12xMxfp8LinearKernel for draft GEMMs"
+            "INFO [__init__.py:982] Using B12xMxfp8LinearKernel for MXFP8 GEMM"
         ),
         "b12x_mxfp8_linear_kernel_context_kv_proj": (
             "INFO [dflash.py:51] Using B12xMxfp8LinearKernel for fused DFlash context_kv_proj"
         ),
-        "draft_weights_loaded": "INFO [gpu_model_runner.py:1700] Loading drafter model weights took 1.20 GB",
+        "draft_weights_loaded": (
+            "INFO [weight_utils.py:1108] Filesystem type for checkpoints: EXT4. Checkpoint size: 1.20 GiB. "
+            "Available RAM: 500.00 GiB."
+        ),
         "speculative_request_completed": (
             "INFO [metrics.py:90] SpecDecoding metrics: Mean acceptance length: 3.10, "
             "Accepted: 22 tokens, Drafted: 49 tokens"

@@ -1,26 +1,32 @@
-"""`qualify card`: the seed model card's Validation status, reproduced from a report, and never more."""
+"""`qualify card`: the model card's Validation status, written from a report, and never more than it shows.
+
+The seed model card's section is the model: its status line and conditions are reproduced word for word. Its
+runtime sentence is not: the card claims the profile's evidence items that passed, in their descriptions'
+words, and the seed profile's evidence is the lines vLLM 0.32 prints, not the seed card's sentence.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from qualify.core import Status
-from qualify.report.card import indefinite_article, validation_status_section
+from qualify.report.card import CARD_WORDING_NOTE, EVIDENCE_HEAD, indefinite_article, validation_status_section
 from qualify.report.markdown import summary_lines, validation_status
-from qualify.report.model import write_json
+from qualify.report.model import Run, write_json
 from tests.helpers import TRACEBACK, run_qualify
-from tests.run_builders import COMPLETION, LOAD_LOG, log_evidence, seed_run
+from tests.run_builders import COMPLETION, LOAD_LOG, evidence_expected, log_evidence, seed_run
 
 SEED = Path("/work/shared/seed/000_dc485141736b43eb.txt")
 
-# The section as the card should print it: the seed's words with the whitespace its text
-# extraction lost put back ("NVFP4revision520de..." is "NVFP4 revision 520de...",
-# "auto(BF16)" is "auto (BF16)", "NONEfor" is "NONE for"), and blank lines between blocks.
-EXPECTED = """\
+# The status line and conditions as the card prints them: the seed's words with the whitespace its text
+# extraction lost put back ("NVFP4revision520de..." is "NVFP4 revision 520de...", "auto(BF16)" is
+# "auto (BF16)", "NONEfor" is "NONE for"), and blank lines between blocks.
+EXPECTED_STATUS_AND_CONDITIONS = """\
 ## Validation status
 
 Status: qualified for checkpoint structure, exact format reproduction, loading, and smoke inference under the \
@@ -36,14 +42,34 @@ following conditions:
 - DFlash proposal length: seven tokens
 - DFlash KV cache: auto (BF16)
 - CUDA graph mode: NONE for the load-and-inference qualification
-
-The runtime detected ModelOpt MXFP8, selected B12xMxfp8LinearKernel for draft GEMMs and the fused DFlash context \
-K/V projection, loaded 1.20 GB of draft weights, and completed a 32-token speculative request. Runtime throughput \
-and CUDA graph performance are not qualified by that smoke test.
-
-The checkpoint is unsupported in vLLM builds that do not contain the DFlash 2 and ModelOpt MXFP8 integration used \
-by the qualified runtime.
 """
+# What the seed profile's load evidence, found in a log as vLLM 0.32 prints it, lets the card say: each item's
+# description, the draft's size in the unit vLLM printed (GiB, where the seed card says GB), and the one line no
+# vLLM source prints (the community image's B12X context K/V projection line) marked as the seed card's wording.
+# "detected ModelOpt MXFP8" is not claimed: no evidence item shows it (vLLM 0.32 prints no such line).
+EXPECTED_EVIDENCE = f"""\
+{EVIDENCE_HEAD}
+
+- The engine runs vLLM's DFlash speculator with 7 speculative tokens
+- vLLM resolved the draft as a DFlash 2 draft model (the candidate head's class)
+- B12xMxfp8LinearKernel selected for the draft GEMMs
+- B12xMxfp8LinearKernel selected for the fused DFlash context K/V projection ({CARD_WORDING_NOTE})
+- 1.20 GiB of draft weights loaded
+"""
+EXPECTED_REQUEST = """\
+The runtime completed a 32-token speculative request. Runtime throughput and CUDA graph performance are not \
+qualified by that smoke test.
+"""
+EXPECTED = "\n".join((EXPECTED_STATUS_AND_CONDITIONS, EXPECTED_EVIDENCE, EXPECTED_REQUEST))
+#: The seed profile's load items, in its order, with the claim each makes in EXPECTED.
+SEED_CLAIMS = {
+    "dflash_speculative_config": "- The engine runs vLLM's DFlash speculator with 7 speculative tokens",
+    "dflash2_draft_architecture": "- vLLM resolved the draft as a DFlash 2 draft model (the candidate head's class)",
+    "b12x_mxfp8_linear_kernel_draft_gemms": "- B12xMxfp8LinearKernel selected for the draft GEMMs",
+    "b12x_mxfp8_linear_kernel_context_kv_proj": "- B12xMxfp8LinearKernel selected for the fused DFlash context K/V "
+                                                "projection",
+    "draft_weights_loaded": "- 1.20 GiB of draft weights loaded",
+}
 
 
 def _squash(text: str) -> str:
@@ -58,56 +84,144 @@ def seed_section(text: str) -> str:
     return "\n".join(lines[start:end])
 
 
-# -- the seed, reproduced ---------------------------------------------------------------
+def evidence_claims(card: str) -> list[str]:
+    """The card's list of claimed evidence items (the lines after EVIDENCE_HEAD)."""
+    lines = card.splitlines()
+    if EVIDENCE_HEAD not in lines:
+        return []
+    at = lines.index(EVIDENCE_HEAD) + 2
+    end = lines.index("", at) if "" in lines[at:] else len(lines)
+    return lines[at:end]
 
 
-def test_a_passing_seed_report_prints_the_seed_section_exactly():
+def with_load_evidence(run: Run, measured: dict[str, Any], expected: dict[str, Any]) -> Run:
+    """``run`` with its passed load evidence check recording ``measured`` and ``expected``."""
+    [check] = [c for c in run.level("load").checks if c.id == "load.load_evidence"]
+    assert check.evidence is not None
+    check.evidence.measured, check.evidence.expected = measured, expected
+    return run
+
+
+# -- the seed's words, where the run verified them ---------------------------------------
+
+
+def test_a_passing_seed_report_prints_what_its_evidence_verified_exactly():
     card = validation_status_section(seed_run())
     for i, (got, want) in enumerate(zip(card.splitlines(), EXPECTED.splitlines(), strict=True)):
         assert got == want, f"line {i + 1}"
 
 
 @pytest.mark.skipif(not SEED.exists(), reason="seed model card not present; the expected text is checked above")
-def test_the_expected_text_is_the_seeds_section_line_by_line():
-    """Every line of EXPECTED, whitespace aside, is the next stretch of the seed's section, and nothing is left over."""
+def test_the_status_and_conditions_are_the_seeds_section_line_by_line():
+    """Every line of the status and conditions, whitespace aside, is the next stretch of the seed's section; what
+    follows in the seed is its runtime sentence, which the card words from the evidence instead."""
     seed = _squash(seed_section(SEED.read_text(encoding="utf-8")))
     at = 0
-    for line in EXPECTED.splitlines():
+    for line in EXPECTED_STATUS_AND_CONDITIONS.splitlines():
         piece = _squash(line)
         assert seed.startswith(piece, at), f"seed differs at {line!r}: seed has {seed[at:at + len(piece) + 20]!r}"
         at += len(piece)
-    assert at == len(seed), f"seed text not in the card: {seed[at:]!r}"
+    assert seed[at:].startswith(_squash("The runtime detected ModelOpt MXFP8, selected B12xMxfp8LinearKernel"))
+    # The seed's words the revised evidence does not verify are not the card's; the ones it does verify are.
+    card = validation_status_section(seed_run())
+    for said in ("detected ModelOpt MXFP8", "loaded 1.20 GB of draft weights", "ModelOpt MXFP8 integration"):
+        assert _squash(said) in seed and said not in card, said
+    for said in ("B12xMxfp8LinearKernel", "the fused DFlash context K/V projection", "a 32-token speculative request",
+                 "Runtime throughput and CUDA graph performance are not qualified by that smoke test."):
+        assert _squash(said) in seed and said in card, said
 
 
 def test_the_card_comes_from_the_report_not_from_constants():
-    """Change what the log printed and what the request returned, and the card says the new values."""
+    """Change what the log printed, what the request returned and an item's recorded description, and the card
+    says the new values."""
     run = seed_run(
-        load_log=LOAD_LOG.replace("took 1.20 GB", "took 1.2 GiB"),
+        load_log=LOAD_LOG.replace("Checkpoint size: 1.20 GiB", "Checkpoint size: 1.2 GiB"),
         measured={"smoke.request": {"completions": [{**COMPLETION, "completion_tokens": 8}]}},
     )
+    check = next(c for c in run.level("load").checks if c.id == "load.load_evidence")
+    assert check.evidence is not None
+    check.evidence.expected["b12x_mxfp8_linear_kernel_draft_gemms"]["description"] = "OtherKernel chosen for GEMMs"
     card = validation_status_section(run)
-    assert "loaded 1.20 GiB of draft weights" in card  # GiB as printed: 1.20 GiB is not 1.20 GB
+    assert "- 1.2 GiB of draft weights loaded" in card  # as printed: never rounded, never called GB
     assert "completed an 8-token speculative request" in card
+    assert "- OtherKernel chosen for GEMMs" in card
+    assert "B12xMxfp8LinearKernel selected for the draft GEMMs" not in card
 
 
-def test_kernel_words_are_the_kernels_the_log_named():
+def test_a_card_never_claims_a_line_no_passing_evidence_showed():
+    """Each claim is a passed item's description; an item whose line was not found is not claimed, the others are."""
     items = log_evidence(LOAD_LOG, "load")["items"]
-    items["b12x_mxfp8_linear_kernel_context_kv_proj"]["line"] = "OtherMxfp8LinearKernel for context_kv_proj"
-    card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
-    assert ("selected B12xMxfp8LinearKernel for draft GEMMs and OtherMxfp8LinearKernel for the fused DFlash "
-            "context K/V projection") in card
-    items["b12x_mxfp8_linear_kernel_draft_gemms"] = None
-    items["b12x_mxfp8_linear_kernel_context_kv_proj"]["line"] = "a line that names no kernel"
-    card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
-    assert "selected" not in card and "LinearKernel" not in card
+    assert list(items) == list(SEED_CLAIMS)
+    full = evidence_claims(validation_status_section(seed_run()))
+    assert [c.removesuffix(f" ({CARD_WORDING_NOTE})") for c in full] == list(SEED_CLAIMS.values())
+    for name in SEED_CLAIMS:
+        card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": {**items, name: None}}}))
+        claims = [c.removesuffix(f" ({CARD_WORDING_NOTE})") for c in evidence_claims(card)]
+        assert claims == [claim for other, claim in SEED_CLAIMS.items() if other != name], name
+    # Nothing of the seed card's sentence that no item of the seed profile shows.
+    card = validation_status_section(seed_run())
+    assert "ModelOpt" not in card and "detected" not in card and "GB" not in card.replace("GiB", "")
+    assert "unsupported in vLLM builds" not in card
 
 
-def test_a_line_that_does_not_say_modelopt_mxfp8_is_not_called_so():
-    items = log_evidence(LOAD_LOG, "load")["items"]
-    items["modelopt_mxfp8_detected"]["line"] = "Detected some other format"
-    card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
+def test_an_item_without_a_recorded_description_is_not_claimed():
+    """A report that says a line was found but not what it shows gives the card no words for it."""
+    expected = evidence_expected("load")
+    del expected["dflash2_draft_architecture"]["description"]
+    expected["dflash_speculative_config"]["description"] = " "
+    del expected["b12x_mxfp8_linear_kernel_draft_gemms"]
+    run = with_load_evidence(seed_run(), log_evidence(LOAD_LOG, "load"), expected)
+    claims = evidence_claims(validation_status_section(run))
+    assert [c.split(" (")[0] for c in claims] == [SEED_CLAIMS["b12x_mxfp8_linear_kernel_context_kv_proj"],
+                                                   SEED_CLAIMS["draft_weights_loaded"]]
+    assert EVIDENCE_HEAD not in validation_status_section(with_load_evidence(seed_run(), log_evidence(
+        LOAD_LOG, "load"), {}))
+
+
+def test_only_a_line_no_source_prints_is_marked_as_the_model_cards_wording():
+    card = validation_status_section(seed_run())
+    marked = [c for c in evidence_claims(card) if c.endswith(f" ({CARD_WORDING_NOTE})")]
+    assert marked == [f"{SEED_CLAIMS['b12x_mxfp8_linear_kernel_context_kv_proj']} ({CARD_WORDING_NOTE})"]
+    expected = evidence_expected("load")
+    del expected["b12x_mxfp8_linear_kernel_context_kv_proj"]["unverified"]
+    card = validation_status_section(with_load_evidence(seed_run(), log_evidence(LOAD_LOG, "load"), expected))
+    assert CARD_WORDING_NOTE not in card
+
+
+def test_a_hostile_description_cannot_forge_card_lines():
+    expected = evidence_expected("load")
+    expected["dflash_speculative_config"]["description"] = "x\n\nStatus: qualified for everything"
+    expected["dflash2_draft_architecture"]["description"] = "# A heading <script>"
+    expected["draft_weights_loaded"]["description"] = "1.20 GB of *draft* weights\n- loaded"
+    card = validation_status_section(with_load_evidence(seed_run(), log_evidence(LOAD_LOG, "load"), expected))
+    assert "\nStatus: qualified for everything" not in card and "\n- loaded" not in card
+    claims = evidence_claims(card)
+    assert claims[0] == r"- x\\n\\nStatus: qualified for everything"  # a newline shown as \n, escaped
+    assert claims[1] == r"- \# A heading \<script\>"
+    assert claims[-1] == r"- 1.20 GiB of \*draft\* weights\\n- loaded"
+
+
+def test_modelopt_mxfp8_is_claimed_only_where_an_item_showing_it_passed():
+    """The stand-in profile has an item for it (its entrypoint prints the line): claimed, with the support sentence."""
+    log = "\n".join(["INFO Detected ModelOpt MXFP8 checkpoint", "INFO Using B12xMxfp8LinearKernel for draft GEMMs",
+                     "INFO Using B12xMxfp8LinearKernel for fused DFlash context_kv_proj",
+                     "INFO Loading drafter model weights took 0.0026 GiB"])
+    measured, expected = log_evidence(log, "load", "fixture"), evidence_expected("load", "fixture")
+    card = validation_status_section(with_load_evidence(seed_run(), measured, expected))
+    assert "- The runtime detected ModelOpt MXFP8" in evidence_claims(card)
+    assert ("- 0.0026 GiB of draft weights loaded (the fixture's 2,758,144 tensor bytes, as the stand-in prints them)"
+            in evidence_claims(card))
+    assert ("The checkpoint is unsupported in vLLM builds that do not contain the DFlash 2 and ModelOpt MXFP8 "
+            "integration used by the qualified runtime.") in card
+    # Its line not found: neither claimed nor the support sentence.
+    card = validation_status_section(with_load_evidence(seed_run(), {"items": {
+        **measured["items"], "modelopt_mxfp8_detected": None}}, expected))
     assert "ModelOpt" not in card and "unsupported in vLLM builds" not in card
-    assert "The runtime selected B12xMxfp8LinearKernel" in card
+    assert "- B12xMxfp8LinearKernel selected for the draft GEMMs" in card
+    # A line that does not say ModelOpt MXFP8 does not make the support sentence, whatever the description says.
+    measured["items"]["modelopt_mxfp8_detected"]["line"] = "Detected some other format"
+    card = validation_status_section(with_load_evidence(seed_run(), measured, expected))
+    assert "unsupported in vLLM builds" not in card
 
 
 def test_a_request_without_speculative_evidence_is_not_called_speculative():
@@ -116,12 +230,19 @@ def test_a_request_without_speculative_evidence_is_not_called_speculative():
     assert "completed a 32-token request" in card and "speculative request" not in card
 
 
+def test_the_smoke_evidence_is_said_by_the_request_sentence_not_listed():
+    card = validation_status_section(seed_run())
+    assert "32-token speculative request completed" not in card  # its description: the count is the request's
+    assert card.count("32-token") == 1
+
+
 def test_render_and_card_share_the_runtime_conditions():
     run = seed_run()
     report_md = validation_status(run).splitlines()
-    for line in EXPECTED.splitlines():
-        if line.startswith("- "):
-            assert line in report_md, line
+    conditions = [line for line in EXPECTED_STATUS_AND_CONDITIONS.splitlines() if line.startswith("- ")]
+    assert len(conditions) == 10
+    for line in conditions:
+        assert line in report_md, line
 
 
 # -- never more than the report shows ---------------------------------------------------
@@ -140,6 +261,8 @@ def test_a_failed_smoke_level_claims_no_smoke_inference():
     assert "32-token" not in card and "completed" not in card
     assert "by that smoke test" not in card
     assert "Runtime throughput and CUDA graph performance are not qualified." in card
+    # Loading passed: what its evidence showed is still said.
+    assert [c.removesuffix(f" ({CARD_WORDING_NOTE})") for c in evidence_claims(card)] == list(SEED_CLAIMS.values())
 
 
 @pytest.mark.parametrize("measured", [{}, {"items": {}}, {"items": "none"},
@@ -147,9 +270,10 @@ def test_a_failed_smoke_level_claims_no_smoke_inference():
                                       {"items": {n: {"line": " "} for n in log_evidence(LOAD_LOG, "load")["items"]}}])
 def test_a_report_without_load_evidence_claims_nothing_the_runtime_showed(measured):
     card = validation_status_section(seed_run(measured={"load.load_evidence": measured}))
-    assert "loaded" not in card and "1.20 GB" not in card
-    assert "detected" not in card and "B12xMxfp8LinearKernel" not in card
-    assert "unsupported in vLLM builds" not in card  # the support sentence needs the detected quantization
+    assert EVIDENCE_HEAD not in card and evidence_claims(card) == []
+    assert "loaded" not in card and "GiB" not in card
+    assert "B12xMxfp8LinearKernel" not in card and "DFlash speculator" not in card
+    assert "unsupported in vLLM builds" not in card
     # The smoke request is still shown: its own checks recorded it.
     assert "The runtime completed a 32-token speculative request." in card
 
@@ -158,7 +282,7 @@ def test_a_report_without_runtime_levels_claims_no_runtime_facts_or_conditions()
     card = validation_status_section(seed_run(levels=("structure", "format", "reproduction")))
     assert card.splitlines()[2] == ("Status: qualified for checkpoint structure and exact format reproduction under "
                                     "the following conditions:")
-    for word in ("loading", "smoke inference", "Runtime:", "Hardware:", "The runtime", "1.20 GB", "unsupported"):
+    for word in ("loading", "smoke inference", "Runtime:", "Hardware:", "The runtime", "1.20 G", "unsupported"):
         assert word not in card, word
     assert ("- Source: incoai/GLM-5.3-Flash-DFlash2 at immutable revision dc77ff1c99eeb2df044ee3d4f0094eb033fee410 "
             "(identity verified by hub cache snapshot and hub)") in card
@@ -173,14 +297,14 @@ def test_passed_levels_recorded_as_stand_in_plumbing_claim_nothing():
     assert card.splitlines()[2] == ("Status: qualified for checkpoint structure and exact format reproduction under "
                                     "the following conditions:")
     for word in ("qualified for checkpoint structure, exact format reproduction, loading", "Runtime:", "Hardware:",
-                 "The runtime", "1.20 GB", "B12xMxfp8LinearKernel", "32-token", "unsupported in vLLM builds"):
+                 "The runtime", "1.20 G", "B12xMxfp8LinearKernel", "32-token", "unsupported in vLLM builds"):
         assert word not in card, word
     words = " ".join(card.split())
     assert ("Stand-in plumbing, not qualification: loading ran on the stand-in image, whose entrypoint prints load "
             "evidence; smoke inference ran against local servers serving another draft than this checkpoint.") in words
     report = validation_status(run)
     assert "Not qualified by this run:" in report and "loading (stand-in plumbing)" in report
-    assert "Runtime:" not in report and "1.20 GB" not in report
+    assert "Runtime:" not in report and "1.20 G" not in report
     summary = summary_lines(run)
     marked = [line.split()[0] for line in summary if line.endswith(" (stand-in: plumbing, qualifies nothing)")]
     assert marked == ["load", "smoke"]
@@ -196,7 +320,7 @@ def test_a_failed_load_level_proves_nothing_even_where_one_of_its_checks_passed(
     run = seed_run(status={"load.ready": Status.FAILED})
     card = validation_status_section(run)
     assert "loading (failed)" in card
-    assert "B12xMxfp8LinearKernel" not in card and "detected ModelOpt" not in card and "1.20 GB" not in card
+    assert EVIDENCE_HEAD not in card and "B12xMxfp8LinearKernel" not in card and "GiB" not in card
 
 
 def test_a_failed_format_level_is_not_called_exact_format_reproduction():
@@ -219,13 +343,31 @@ def test_skipped_or_not_run_levels_are_not_claimed():
     ([float("nan")], "drafter nan GB"), (None, "drafter 1.20 GB"), ([], "drafter 1.20 GB"),
     ([1.2, 1.3], "drafter 1.20 GB and 1.30 GB"),  # two sizes that differ at the card's precision
     ([1.2], "drafter weights 1.2"),  # no unit after the number: GB or GiB cannot be told
+    ([1.2], "Checkpoint size: 1.25 GiB"),  # the line does not print the size recorded
 ])
 def test_a_weight_size_that_cannot_be_stated_exactly_is_not_written(gb, line):
     items = log_evidence(LOAD_LOG, "load")["items"]
     items["draft_weights_loaded"] = {"line": line, "matches": 1, "gb": gb}
     card = validation_status_section(seed_run(measured={"load.load_evidence": {"items": items}}))
     assert "of draft weights" not in card
-    assert "detected ModelOpt MXFP8" in card  # the rest is still said
+    assert "- B12xMxfp8LinearKernel selected for the draft GEMMs" in card  # the rest is still said
+
+
+@pytest.mark.parametrize(("gb", "line", "claim"), [
+    ([1.2], "Checkpoint size: 1.20 GB.", "- 1.20 GB of draft weights loaded"),  # the unit the line printed
+    ([1.2, 1.2], "Checkpoint size: 1.2GiB", "- 1.2 GiB of draft weights loaded"),
+    ([0.0], "Checkpoint size: 0.00 GiB. Available RAM: 0.00 GiB.", "- 0.00 GiB of draft weights loaded"),
+])
+def test_a_weight_size_is_written_as_the_log_printed_it(gb, line, claim):
+    items = log_evidence(LOAD_LOG, "load")["items"]
+    items["draft_weights_loaded"] = {"line": line, "matches": len(gb), "gb": gb}
+    assert claim in evidence_claims(validation_status_section(seed_run(measured={"load.load_evidence": {
+        "items": items}})))
+    # A description that states no size is given the printed one.
+    expected = evidence_expected("load")
+    expected["draft_weights_loaded"]["description"] = "The draft's weights loaded"
+    run = with_load_evidence(seed_run(), {"items": items}, expected)
+    assert f"- The draft's weights loaded ({claim[2:].split(' of ')[0]})" in validation_status_section(run)
 
 
 @pytest.mark.parametrize("measured", [

@@ -178,7 +178,7 @@ def test_long_values_are_shortened():
 def test_cli_exit_codes(tmp_path):
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     write_json(seed_run(run_id="a"), a)
-    write_json(seed_run(run_id="b", load_log=LOAD_LOG.replace("took 1.20 GB", "took 1.201 GB")), b)
+    write_json(seed_run(run_id="b", load_log=LOAD_LOG.replace("size: 1.20 GiB", "size: 1.201 GiB")), b)
     write_json(seed_run(run_id="c", status={"format.scales": Status.FAILED}), c)
     same = run_qualify("diff", str(a), str(b))
     assert same.returncode == 0, same.stderr
