@@ -29,6 +29,20 @@ REHEARSAL_PROFILE = "fixture-dflash-cpu"
 Condition = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 
+def _throughput_at_max_num_seqs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Both sides measure throughput at their own MAX_NUM_SEQS: the same rule at another size."""
+    def rule_holds(data: Mapping[str, Any]) -> bool:
+        env = (data.get("runtime") or {}).get("env") or {}
+        return str((data.get("throughput") or {}).get("concurrency")) == str(env.get("MAX_NUM_SEQS"))
+    return rule_holds(a) and rule_holds(b)
+
+
+def _local_server_is_the_runtime(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """``[local_server] kind = "runtime"``: the serving levels talk to the run's own containers, as the release
+    profile's do whenever its load level runs; the table only says where this machine's built models are."""
+    return all((data.get("local_server") or {"kind": "runtime"}).get("kind") == "runtime" for data in (a, b))
+
+
 def _concurrency_is_one_and_max_num_seqs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Both sides measure at batch 1 and at their own MAX_NUM_SEQS: the same rule at another size."""
     def rule_holds(data: Mapping[str, Any]) -> bool:
@@ -119,6 +133,13 @@ ALLOWED: tuple[AllowedKey, ...] = (
     AllowedKey("runtime.env.DFLASH_MODEL_REVISION", _REPOS),
     AllowedKey("runtime.target_revision_env", _REPOS + " (the variable each launcher pins the target's revision "
                "by; the run records whether it was enforced)"),
+    AllowedKey("local_server", "the CPU image's local models: the serving levels talk to the run's own containers "
+               "on both sides (kind runtime); only where the built target and source folders are differs",
+               _local_server_is_the_runtime),
+    AllowedKey("local_server.kind", "as local_server", _local_server_is_the_runtime),
+    AllowedKey("local_server.serve_checkpoint", "as local_server", _local_server_is_the_runtime),
+    AllowedKey("local_server.method", "as local_server", _local_server_is_the_runtime),
+    AllowedKey("local_server.reference", "as local_server", _local_server_is_the_runtime),
     AllowedKey("local_server.target", _REPOS + " (where the target's files are)"),
     AllowedKey("local_server.source_draft", _REPOS + " (where the source draft's files are)"),
     AllowedKey("runtime.served_model_name", _NAMES),
@@ -147,6 +168,7 @@ ALLOWED: tuple[AllowedKey, ...] = (
     AllowedKey("speedup.prompts", _SIZES),
     AllowedKey("losslessness.max_tokens", _SIZES),
     AllowedKey("throughput.max_tokens", _SIZES),
+    AllowedKey("throughput.concurrency", _SIZES + " (MAX_NUM_SEQS on both)", _throughput_at_max_num_seqs),
     AllowedKey("*.request_timeout_s", _SLOW),
     AllowedKey("runtime.startup_timeout_s", _SLOW),
     AllowedKey("local_server.ready_timeout_s", _SLOW),

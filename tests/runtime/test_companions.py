@@ -5,6 +5,7 @@ Pure: the plans are compared variable by variable and mount by mount with the lo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import uuid
 from pathlib import Path
@@ -81,11 +82,12 @@ def test_engines_are_spread_over_the_cores(plan: plans.LaunchPlan) -> None:
 
 def test_the_published_arms_differ_from_the_qualification_launch_only_in_its_overrides(
         plan: plans.LaunchPlan) -> None:
-    published = {"CUDAGRAPH_MODE": "FULL", "PER_REQUEST_SPEC_DECODE_METRICS": None}
-    checkpoint = comp.companion_plan(plan, comp.CHECKPOINT_PUBLISHED, port=3, published=published)
-    assert _changed(plan, checkpoint) == {"CUDAGRAPH_MODE": ("NONE", "FULL"),
-                                          "PER_REQUEST_SPEC_DECODE_METRICS": ("summary", None), "PORT": (
-                                              plan.env_dict["PORT"], "3")}
+    # A variable the published command does not set (None) is dropped, not set to anything.
+    published = {"CUDAGRAPH_MODE": "FULL", "QUALIFY_ONLY": None}
+    with_extra = dataclasses.replace(plan, env=(*plan.env, ("QUALIFY_ONLY", "1")))
+    checkpoint = comp.companion_plan(with_extra, comp.CHECKPOINT_PUBLISHED, port=3, published=published)
+    assert _changed(with_extra, checkpoint) == {"CUDAGRAPH_MODE": ("NONE", "FULL"), "QUALIFY_ONLY": ("1", None),
+                                                "PORT": (plan.env_dict["PORT"], "3")}
     assert checkpoint.mounts == plan.mounts and checkpoint.draft_revision == plan.draft_revision
     reference = comp.companion_plan(plan, comp.REFERENCE_PUBLISHED, port=4, published=published)
     assert reference.env_dict["SPECULATOR"] == comp.NO_SPECULATOR and "DFLASH_MODEL" not in reference.env_dict
