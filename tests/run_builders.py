@@ -59,7 +59,9 @@ SEED_CHECKS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("load", "load_evidence", None),
     ("smoke", "smoke_evidence", None),
     ("smoke", "request", {"completions": [COMPLETION]}),
+    ("acceptance", "draft_acceptance", {"mean_acceptance_length": 3.1}),
     ("paired", "non_inferiority", {"concurrency": {}}),
+    ("losslessness", "greedy_identical", {"identical_fraction": 1.0}),
 ]
 
 
@@ -143,7 +145,11 @@ def seed_run(*, status: dict[str, Status] | None = None, measured: dict[str, dic
     return run
 
 
-def defined_run(*, levels: tuple[str, ...] = ("structure", "format", "reproduction", "load", "smoke", "paired"),
+#: The seed profile's required levels (a passing release run has each of them).
+SEED_REQUIRED = ("structure", "format", "reproduction", "load", "smoke", "acceptance", "paired", "losslessness")
+
+
+def defined_run(*, levels: tuple[str, ...] = SEED_REQUIRED,
                 status: dict[str, Status] | None = None, **kwargs: Any) -> Run:
     """A seed-profile run holding exactly the checks the suites define for ``levels`` (what the gate's policy
     knows each level to consist of); ``status`` overrides a check's status by id."""

@@ -39,7 +39,7 @@ from tests.helpers import FIXTURE, TRACEBACK, run_qualify
 from tests.run_builders import DRAFT_REVISION, FILES, SEED, defined_run
 from tests.run_builders import seed_run as card_run
 
-SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke", "paired")
+SEED_LEVELS = ("structure", "format", "reproduction", "load", "smoke", "acceptance", "paired", "losslessness")
 TARGET_REV = "520de24eabf507659eaef7c70f14fd584527facc"
 def seed_run(**kwargs: Any) -> Run:
     """A run of every level the seed profile requires (the card's five and the paired comparison)."""
@@ -75,9 +75,8 @@ def test_a_required_level_missing_from_the_report_is_refused():
     run = seed_run(levels=("structure", "format", "reproduction"))
     assert str(run.verdict) == "qualified"
     reasons = refusals(run, expected())
-    assert reasons == ["required level load is missing from the report",
-                       "required level smoke is missing from the report",
-                       "required level paired is missing from the report"]
+    assert reasons == [f"required level {level} is missing from the report"
+                       for level in ("load", "smoke", "acceptance", "paired", "losslessness")]
 
 
 def test_a_level_with_no_check_is_refused_with_its_reason():
@@ -109,8 +108,8 @@ def test_asking_for_nothing_is_refused():
     assert refusals(seed_run(), expected(required_levels=(), checkpoint_files=None)) == [
         "no level is required, so the report cannot show that anything was qualified",
         "no checkpoint identity (directory or revision) to compare the report with",
-        "the release does not require structure, format, reproduction, load, smoke, paired, which profile "
-        f"{SEED} requires: --require adds levels to the profile's, it never drops one",
+        "the release does not require structure, format, reproduction, load, smoke, acceptance, paired, "
+        f"losslessness, which profile {SEED} requires: --require adds levels to the profile's, it never drops one",
     ]
     # Under no shipped profile, that is the refusal: a release that requires nothing is not asked about.
     assert refusals(seed_run(), expected(required_levels=(), profile=None)) == [
@@ -177,8 +176,9 @@ def test_a_level_the_run_required_but_the_release_does_not_still_refuses():
     assert reasons == ["the report's verdict is not qualified: the run also required smoke failed"]
     # Under the seed profile itself, the release cannot drop the levels it requires.
     reasons = refusals(run, expected(required_levels=("structure",)))
-    assert reasons[-1] == (f"the release does not require format, reproduction, load, smoke, paired, which profile "
-                           f"{SEED} requires: --require adds levels to the profile's, it never drops one")
+    assert reasons[-1] == (f"the release does not require format, reproduction, load, smoke, acceptance, paired, "
+                           f"losslessness, which profile {SEED} requires: --require adds levels to the profile's, "
+                           "it never drops one")
 
 
 def test_a_run_that_required_nothing_is_refused():
@@ -655,7 +655,7 @@ def test_cli_exit_codes_in_a_process_of_its_own(tmp_path):
     truncated.write_text('{"verdict": "qualified"')
     proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION, "--allow-unsigned")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "structure, format, reproduction, load, smoke, paired passed" in proc.stdout
+    assert "structure, format, reproduction, load, smoke, acceptance, paired, losslessness passed" in proc.stdout
     assert proc.stdout.rstrip().endswith("UNSIGNED (--allow-unsigned): the report was not verified by any signature")
     proc = run_qualify("gate", str(good), "--revision", DRAFT_REVISION)
     assert proc.returncode == 1
