@@ -63,6 +63,9 @@ class LocalServing:
         self._failure: BaseException | None = None
         self._stopped = False
         self._lock = threading.Lock()
+        # One after another (the default, as a release run on one set of GPUs must): only the speculative server
+        # starts with the run; the source draft's and the target alone start when their arm's turn comes.
+        self.side_by_side = profile.arms_side_by_side
 
     # ---- preparing: fast checks a user can act on, before minutes of start-up
     def _prepare(self) -> list[VLLMServer]:
@@ -117,6 +120,8 @@ class LocalServing:
         with self._lock:
             try:
                 servers = self._prepare()
+                if not self.side_by_side:
+                    servers = [self.servers["speculative"]]
                 for server in servers:
                     server.start()
             except (HarnessError, OSError) as exc:
@@ -129,11 +134,8 @@ class LocalServing:
             try:
                 wait_all_ready(servers)
                 for name, server in self.servers.items():
-                    if not plugin.active_in_worker(read_log(server.log_path)):
-                        # Without it, DFlash acceptance on a CPU would silently not mean what it means on a GPU.
-                        raise HarnessError(
-                            f"the vLLM CPU plugin did not report itself active in the model worker of the {name} "
-                            f"server (no '{plugin.ACTIVE_LINE}' line from a Worker in {server.log_path})")
+                    if server in servers:
+                        _check_plugin(name, server)
             except BaseException as exc:  # handed to whoever waits
                 self._failure = exc
                 for server in servers:
@@ -180,6 +182,35 @@ class LocalServing:
             return None
         self._wait()
         return self.servers["reference"].endpoint
+
+    def serves(self, arm: str) -> bool:
+        """Whether this run's local servers include arm ``source`` or ``reference`` (nothing is started)."""
+        return self._serves_source if arm == "source" else bool(self.spec.reference) if arm == "reference" else False
+
+    def arm_endpoint(self, arm: str) -> str:
+        """Arm ``source`` or ``reference``'s endpoint once it serves; one after another, the others are stopped first.
+
+        Raises:
+            HarnessError: the arm is not served by this run, or its server did not start (with its log's tail).
+        """
+        self._wait()
+        server = self.servers.get(arm)
+        if server is None:
+            raise HarnessError(f"the local servers include no {arm} server")
+        if not self.side_by_side and server.process is None:
+            for other in self.servers.values():
+                if other is not server:
+                    other.stop()
+            server.start()
+            wait_all_ready([server])
+            _check_plugin(arm, server)
+        return server.endpoint
+
+    def stop_arm(self, arm: str) -> None:
+        """Done with ``arm`` (``checkpoint`` is the speculative server): stopped, where arms run one after another."""
+        server = self.servers.get("speculative" if arm == "checkpoint" else arm)
+        if server is not None and not self.side_by_side:
+            server.stop()
 
     def stop(self) -> None:
         with self._lock:
@@ -229,6 +260,14 @@ class LocalServing:
             if what != "source_draft" or ident:
                 out[what] = {"path": ident.get("path"), "revision": ident.get("revision")}
         return out
+
+
+def _check_plugin(name: str, server: VLLMServer) -> None:
+    if not plugin.active_in_worker(read_log(server.log_path)):
+        # Without it, DFlash acceptance on a CPU would silently not mean what it means on a GPU.
+        raise HarnessError(
+            f"the vLLM CPU plugin did not report itself active in the model worker of the {name} "
+            f"server (no '{plugin.ACTIVE_LINE}' line from a Worker in {server.log_path})")
 
 
 __all__ = ["LocalServing", "folder_identity"]
