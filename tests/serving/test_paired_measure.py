@@ -73,7 +73,7 @@ def test_without_per_request_metrics_load_is_measured_per_batch_and_said_so() ->
 @pytest.mark.slow
 def test_without_per_request_metrics_a_worse_candidate_fails_at_load_too() -> None:
     with fault_server(accepted=3) as cand, fault_server(accepted=5) as src:
-        ev, decisions = level(cand, src, spec(concurrency=(4,)))
+        ev, _ = level(cand, src, spec(concurrency=(4,)))
     text = "\n".join(str(f) for f in ev.findings)  # type: ignore[attr-defined]
     assert "at concurrency 4, overall: acceptance rate of the candidate relative to the source draft" in text
 
