@@ -10,6 +10,7 @@ import pytest
 from hypothesis import settings
 
 from tests.helpers import FIXTURE
+from tests.live_runs import RUN_FIXTURES
 from tests.live_servers import LiveServers
 
 # Property tests run the same examples on every run and have no per-example deadline: a loaded
@@ -42,9 +43,10 @@ def live_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # A server start is a minute of CPU: only tests marked slow and serving may ask for one, so that
-    # `make test-fast` (-m "not slow") never starts a server.
-    wrong = [item.nodeid for item in items if "live_servers" in getattr(item, "fixturenames", ())
+    # A server start is a minute of CPU: only tests marked slow and serving may ask for one (the pool's, or
+    # a shared qualify run's, tests/live_runs.py), so that `make test-fast` (-m "not slow") never starts a server.
+    serving = {"live_servers", *RUN_FIXTURES}
+    wrong = [item.nodeid for item in items if serving & set(getattr(item, "fixturenames", ()))
              and not (item.get_closest_marker("slow") and item.get_closest_marker("serving"))]
     if wrong:
         raise pytest.UsageError("tests that use live vLLM servers must be marked slow and serving: " + ", ".join(wrong))

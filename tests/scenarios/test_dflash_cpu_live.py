@@ -1,16 +1,19 @@
 """The CPU DFlash fixture on the real vLLM CPU server: the good draft accepted, the damaged variants refused.
 
-Servers of the serving fixture's target with each MXFP8 draft of ``fixtures/dflash-cpu`` as its
-speculator (vLLM's ``dflash`` method, the plugin loaded), from the session's pool
-(tests/live_servers.py); the acceptance level runs through the suites as a user runs them
-(``pytest suites --endpoint``), on two servers at a time, and the report it wrote is read back.
+Served here, from the session's pool (tests/live_servers.py): the damaged variants nearest the gate
+(:data:`LIVE_VARIANTS`: the wrong-layers pair and the wrong mask token whose acceptance comes closest to
+it), on the serving fixture's target with each MXFP8 draft as its speculator (vLLM's ``dflash`` method,
+the plugin loaded); the acceptance level runs through the suites as a user runs them (``pytest suites
+--endpoint``), on two servers at a time, and the report it wrote is read back. The good draft's and the
+scrambled draft's acceptance are read from the session's ``qualify run``s that already serve them in
+the vLLM CPU container (tests/scenarios/conftest.py: make qualify's run, whose checkpoint is the good
+draft, and the scrambled draft's run), not served a second time. The paired level's two servers start
+together with the variants' (four on two cores are ready in about 1.5 times one start).
 
-Served here: the good draft and the damaged variants nearest the gate (:data:`LIVE_VARIANTS`: the
-wrong-layers pair and the wrong mask token whose acceptance comes closest to it, and the scrambled
-draft). The other wrong-layers pairs are simulated offline with the fixture's own model code (within
-0.03 of vLLM's figures wherever both were measured) and must stay below the pair served here;
-``make test-variants`` serves every variant (QUALIFY_LIVE_VARIANTS=all). Without the vLLM venv these
-tests FAIL and name the setup script.
+The other wrong-layers pairs are simulated offline with the fixture's own model code (within 0.03 of
+vLLM's figures wherever both were measured) and must stay below the pair served here; ``make
+test-variants`` serves the good draft and every variant from the pool (QUALIFY_LIVE_VARIANTS=all).
+Without the vLLM venv these tests FAIL and name the setup script.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from qualify.serving import client as cl
 from qualify.serving import paired_measure as pm
 from qualify.serving.counters import CounterDelta, RequestBound
 from tests.helpers import REPO
+from tests.live_runs import QualifyRun
 from tests.live_servers import Launch, LiveServer, LiveServers
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
@@ -49,13 +53,19 @@ GAP = 0.05
 #: The damaged variants served by every test session: the nearest to the gate of each kind, and the scrambled draft.
 NEAREST_LAYERS = "wrong-target-layers-2-3"
 LIVE_VARIANTS = (NEAREST_LAYERS, "wrong-mask-token", "scrambled")
-#: The variants served: LIVE_VARIANTS, or every one with QUALIFY_LIVE_VARIANTS=all (make test-variants).
-SERVED = dflash_cpu.VARIANTS if os.environ.get("QUALIFY_LIVE_VARIANTS") == "all" else LIVE_VARIANTS
+#: Every variant served from this module's own servers (make test-variants), the good draft's among them.
+ALL = os.environ.get("QUALIFY_LIVE_VARIANTS") == "all"
+#: The variants measured: LIVE_VARIANTS, or every one with QUALIFY_LIVE_VARIANTS=all (make test-variants).
+SERVED = dflash_cpu.VARIANTS if ALL else LIVE_VARIANTS
+#: The drafts whose acceptance a session's ``qualify run`` measures in the vLLM CPU container (read from its report).
+FROM_RUNS = () if ALL else ("good", "scrambled")
 
 
 def _drafts() -> dict[str, Path]:
+    """The drafts measured on the pool's servers."""
     variants = dflash_cpu.build_variants()
-    return {"good": dflash_cpu.DEFAULT_OUT / "mxfp8", **{k: variants[k] / "mxfp8" for k in SERVED}}
+    drafts = {"good": dflash_cpu.DEFAULT_OUT / "mxfp8", **{k: variants[k] / "mxfp8" for k in SERVED}}
+    return {name: path for name, path in drafts.items() if name not in FROM_RUNS}
 
 
 def _run_acceptance(draft: Path, endpoint: str, report_root: Path) -> Run:
@@ -79,11 +89,51 @@ def _figures(run: Run) -> dict[str, Any]:
             "per_request": m.get("per_request")}
 
 
+if ALL:
+    @pytest.fixture(scope="module")
+    def draft_runs() -> dict[str, QualifyRun]:
+        """None: under make test-variants every draft is served here."""
+        return {}
+else:
+    @pytest.fixture(scope="module")
+    def draft_runs(make_qualify_run: QualifyRun, scrambled_run: QualifyRun) -> dict[str, QualifyRun]:
+        """The runs serving the good and the scrambled draft, started: they go on while this module's servers start."""
+        return {"good": make_qualify_run, "scrambled": scrambled_run}
+
+
 @pytest.fixture(scope="module")
-def measured(live_servers: LiveServers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The acceptance level on the good draft and on each damaged variant, two at a time (one per core)."""
+def paired_drafts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The BF16 source the shipped conversion was made from, and a scale-damaged copy of that conversion."""
+    spec = load_profile(PROFILE).local_server
+    assert spec is not None and spec.source_draft is not None
+    damaged = dflash_cpu.scale_bytes_off_by_one(dflash_cpu.DEFAULT_OUT / "mxfp8",
+                                                tmp_path_factory.mktemp("damaged") / "mxfp8")
+    return {"source": spec.source_draft, "damaged": damaged}
+
+
+def _paired_launches(drafts: dict[str, Path]) -> dict[str, Launch]:
+    spec = load_profile(PROFILE).local_server
+    assert spec is not None
+    return {name: Launch(PROFILE, draft, method=spec.method, dtype=spec.dtype) for name, draft in drafts.items()}
+
+
+def _run_figures(run: Run) -> dict[str, Any]:
+    """A run's acceptance figures, and whether the plugin was active in the container that served the draft."""
+    figures = _figures(run)
+    figures["plugin_active"] = run.environment["local_server"]["servers"]["speculative"]["plugin_active"]
+    return figures
+
+
+@pytest.fixture(scope="module")
+def measured(live_servers: LiveServers, draft_runs: dict[str, QualifyRun], paired_drafts: dict[str, Path],
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The acceptance level on the good draft and on each damaged variant served: two at a time (one per core) on
+    the pool's servers, the rest read from the runs that served them."""
     drafts = _drafts()
-    servers = live_servers.get({name: Launch(PROFILE, draft, method="dflash") for name, draft in drafts.items()})
+    wanted = {name: Launch(PROFILE, draft, method="dflash") for name, draft in drafts.items()}
+    if not ALL:  # started with the variants' servers; under make test-variants they are not asked for
+        wanted.update({f"paired-{name}": launch for name, launch in _paired_launches(paired_drafts).items()})
+    servers = live_servers.get(wanted)
 
     def measure(name: str) -> dict[str, Any]:
         run = _run_acceptance(drafts[name], servers[name].endpoint, tmp_path_factory.mktemp(name))
@@ -96,6 +146,8 @@ def measured(live_servers: LiveServers, tmp_path_factory: pytest.TempPathFactory
     with ThreadPoolExecutor(max(1, min(cores, len(drafts)))) as ex:
         futures = {name: ex.submit(measure, name) for name in drafts}
         out = {name: f.result() for name, f in futures.items()}
+    for name, run in draft_runs.items():
+        out[name] = _run_figures(run.wait().run)
     if SUMMARY:
         Path(SUMMARY).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
@@ -188,20 +240,16 @@ PAIRED_SUMMARY = os.environ.get("QUALIFY_DFLASH_PAIRED_SUMMARY")
 
 
 @pytest.fixture(scope="module")
-def paired_servers(live_servers: LiveServers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, LiveServer]:
+def paired_servers(live_servers: LiveServers, paired_drafts: dict[str, Path]) -> dict[str, LiveServer]:
     """Servers of the target with the BF16 source and a scale-damaged copy of the shipped MXFP8 conversion.
 
-    From the session's pool, each with vLLM's per-request metrics and the profile's settings (the DFlash
-    proposer, float32), as the run's [local_server] starts the source and the checkpoint. The shipped
-    conversion against its source is make qualify's own paired level (tests/scenarios/test_qualify_run_live.py).
+    From the session's pool (started with the variants' servers when those were asked for), each with
+    vLLM's per-request metrics and the profile's settings (the DFlash proposer, float32), as the run's
+    [local_server] starts the source and the checkpoint. The shipped conversion against its source is make
+    qualify's own paired level (tests/scenarios/test_qualify_run_live.py).
     """
-    spec = load_profile(PROFILE).local_server
-    assert spec is not None and spec.source_draft is not None
-    damaged = dflash_cpu.scale_bytes_off_by_one(dflash_cpu.DEFAULT_OUT / "mxfp8",
-                                                tmp_path_factory.mktemp("damaged") / "mxfp8")
-    drafts = {"source": spec.source_draft, "damaged": damaged}
-    return live_servers.get({name: Launch(PROFILE, draft, method=spec.method, dtype=spec.dtype)
-                             for name, draft in drafts.items()})
+    servers = live_servers.get({f"paired-{name}": launch for name, launch in _paired_launches(paired_drafts).items()})
+    return {name.removeprefix("paired-"): server for name, server in servers.items()}
 
 
 PAIRED: dict[str, Any] = {}

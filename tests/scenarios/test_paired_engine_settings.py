@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,8 @@ LINE = (REPO / "tests" / "data" / "vllm_engine_config.log").read_text(encoding="
 LOGGED_DRAFT = "/fixtures/dflash-cpu/mxfp8"
 
 
-def _profile(tmp_path: Path) -> Path:
-    path = serving_profile(tmp_path / "paired.toml")
+def _profile(tmp_path: Path, name: str = "paired") -> Path:
+    path = serving_profile(tmp_path / f"{name}.toml")
     # The copy lives elsewhere: its paired prompt set by absolute path. Under load only: what is decided here
     # does not depend on the concurrency, and one request at a time reads the counters around each request.
     text = re.sub(r'path = "\.\./\.\./', lambda _: f'path = "{REPO}/', path.read_text())
@@ -44,9 +45,9 @@ def _log(path: Path, draft: str, line: str = LINE) -> Path:
 
 def _paired(tmp_path: Path, name: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], Run]:
     with fault_server(per_request=True) as candidate, fault_server(per_request=True) as source:
-        reports = tmp_path / name
+        reports, profile = tmp_path / name, _profile(tmp_path, name)
         proc = subprocess.run(
-            [sys.executable, "-m", "qualify.cli", "check", str(FIXTURE / "mxfp8"), "--profile", str(_profile(tmp_path)),
+            [sys.executable, "-m", "qualify.cli", "check", str(FIXTURE / "mxfp8"), "--profile", str(profile),
              "--levels", "paired", "--endpoint", candidate.endpoint, "--source-endpoint", source.endpoint,
              "--report-dir", str(reports), *extra],
             cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -61,19 +62,35 @@ def _engine(run: Run) -> dict:
     return check.evidence.measured["engine_settings"]
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess[str], Run, Path]]:
+    """The four CLI runs (no log, one log, both logs identical but for the draft, another dtype), two at a time.
+
+    Each has its own pair of fault servers and its own report folder, so they share nothing.
+    """
+    tmp = tmp_path_factory.mktemp("engine-settings")
+    ckpt, src = _log(tmp / "ckpt.log", "/drafts/mxfp8"), _log(tmp / "src.log", "/drafts/source")
+    other = _log(tmp / "other.log", "/drafts/source", LINE.replace("dtype=torch.float32", "dtype=torch.bfloat16"))
+    cases = {"no-logs": (), "one-log": ("--server-log", str(ckpt)),
+             "same": ("--server-log", str(ckpt), "--source-server-log", str(src)),
+             "other": ("--server-log", str(ckpt), "--source-server-log", str(other))}
+    with ThreadPoolExecutor(2) as ex:
+        futures = {name: ex.submit(_paired, tmp, name, *extra) for name, extra in cases.items()}
+        return {name: (*f.result(), tmp / name) for name, f in futures.items()}
+
+
 @pytest.mark.slow
-def test_without_both_servers_logs_the_comparison_is_not_verified_and_fails(tmp_path: Path) -> None:
-    proc, run = _paired(tmp_path, "no-logs")
+def test_without_both_servers_logs_the_comparison_is_not_verified_and_fails(runs) -> None:
+    proc, run, reports = runs["no-logs"]
     (check,) = run.level("paired").checks
     assert check.status is Status.FAILED and proc.returncode == 1, proc.stdout[-3000:]
     assert _engine(run)["verified"] is False
     assert ("the two servers' engine settings were not verified: the servers were not started by this run; give "
             "--server-log and --source-server-log") in check.evidence.failure_text()  # type: ignore[union-attr]
-    md = (next((tmp_path / "no-logs").glob("*/report.md"))).read_text(encoding="utf-8")
+    md = (next(reports.glob("*/report.md"))).read_text(encoding="utf-8")
     assert "- Engine settings: **not verified**" in md
     # One side seen is not both: the finding names the log still missing.
-    ckpt = _log(tmp_path / "ckpt.log", "/drafts/mxfp8")
-    proc, run = _paired(tmp_path, "one-log", "--server-log", str(ckpt))
+    proc, run, _ = runs["one-log"]
     (check,) = run.level("paired").checks
     assert check.status is Status.FAILED and proc.returncode == 1
     assert ("engine settings were not verified: the source draft's server was not started by this run; give "
@@ -81,18 +98,16 @@ def test_without_both_servers_logs_the_comparison_is_not_verified_and_fails(tmp_
 
 
 @pytest.mark.slow
-def test_both_logs_identical_but_for_the_draft_pass_and_another_dtype_fails(tmp_path: Path) -> None:
-    ckpt, src = _log(tmp_path / "ckpt.log", "/drafts/mxfp8"), _log(tmp_path / "src.log", "/drafts/source")
-    proc, run = _paired(tmp_path, "same", "--server-log", str(ckpt), "--source-server-log", str(src))
+def test_both_logs_identical_but_for_the_draft_pass_and_another_dtype_fails(runs) -> None:
+    proc, run, reports = runs["same"]
     assert run.level("paired").status is Status.PASSED, proc.stdout[-3000:]
     engine = _engine(run)
     assert engine["verified"] is True and engine["differing_keys"] == [] and engine["findings"] == []
     assert engine["logs_given_by"] == ["--server-log", "--source-server-log"]  # the caller's word, and said so
-    md = next((tmp_path / "same").glob("*/report.md")).read_text(encoding="utf-8")
+    md = next(reports.glob("*/report.md")).read_text(encoding="utf-8")
     assert "--server-log and --source-server-log named the log files, taken on the caller's word" in md
     assert "dtype=torch.float32" in LINE
-    other = _log(tmp_path / "other.log", "/drafts/source", LINE.replace("dtype=torch.float32", "dtype=torch.bfloat16"))
-    proc, run = _paired(tmp_path, "other", "--server-log", str(ckpt), "--source-server-log", str(other))
+    proc, run, _ = runs["other"]
     assert run.level("paired").status is Status.FAILED and proc.returncode == 1
     assert _engine(run)["differing_keys"] == ["dtype"], _engine(run)
 

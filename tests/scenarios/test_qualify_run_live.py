@@ -22,14 +22,13 @@ from typing import Any
 import pytest
 
 from qualify.core import Status, Verdict
-from qualify.report.model import Run, read_json
-from tests.helpers import FIXTURE, REPO, TRACEBACK, write_key
+from qualify.report.model import Run
+from tests.helpers import FIXTURE, REPO
+from tests.live_runs import CPU_FIXTURE, QualifyRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
 RUN_TIMEOUT_S = 900
-#: The ``fixture`` run's levels: all but those make qualify's run below covers on the real runtime.
-FIXTURE_LEVELS = "structure,format,reproduction,load,smoke,acceptance,losslessness"
 
 
 def qualify(*args: str) -> subprocess.CompletedProcess[str]:
@@ -38,24 +37,10 @@ def qualify(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def sign_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(private, public) PEM of an EC P-256 key generated for this module: the run is signed with it."""
-    return write_key(tmp_path_factory.mktemp("keys"), "release")
-
-
-@pytest.fixture(scope="module")
-def full_run(tmp_path_factory: pytest.TempPathFactory,
-             sign_keys: tuple[Path, Path]) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
-    from fixtures.serving import build
-
-    build()  # the serving fixture the profile's [local_server] serves (reused when already built)
-    reports = tmp_path_factory.mktemp("reports")
-    proc = qualify("run", "--profile", "fixture", "--checkpoint", str(FIXTURE / "mxfp8"), "--source",
-                   str(FIXTURE / "source"), "--levels", FIXTURE_LEVELS, "--report-dir", str(reports),
-                   "--sign-key", str(sign_keys[0]))
-    assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
-    (path,) = reports.glob("*/report.json")
-    return proc, read_json(path), path
+def full_run(fixture_run: QualifyRun) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
+    """The ``fixture`` run (tests/scenarios/conftest.py: levels FIXTURE_LEVELS, signed with ``sign_keys``)."""
+    done = fixture_run.wait()
+    return done.proc, done.run, done.path
 
 
 def test_every_level_runs_for_real_and_qualifies(full_run) -> None:
@@ -128,7 +113,6 @@ def test_the_card_claims_exactly_the_qualified_levels(full_run) -> None:
 
 # -- make qualify's own profile: the serving levels talk to the load level's container ----------------------
 
-CPU_FIXTURE = REPO / "fixtures" / "dflash-cpu"
 #: The checks whose evidence names the server they talked to.
 SERVED_CHECKS = ("smoke.models_listed", "acceptance.draft_acceptance", "paired.non_inferiority",
                  "losslessness.greedy_identical", "speedup.speculative_speedup", "throughput.serving_throughput")
@@ -140,16 +124,10 @@ def _check(run: Run, check_id: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
-    from fixtures.serving import build
-
-    build()  # the target the vLLM CPU image mounts (reused when already built)
-    reports = tmp_path_factory.mktemp("cpu-reports")
-    proc = qualify("run", "--profile", "fixture-dflash-cpu", "--checkpoint", str(CPU_FIXTURE / "mxfp8"), "--source",
-                   str(CPU_FIXTURE / "source"), "--report-dir", str(reports))
-    assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
-    (path,) = reports.glob("*/report.json")
-    return proc, read_json(path), path
+def cpu_run(make_qualify_run: QualifyRun) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
+    """make qualify's run (tests/scenarios/conftest.py; tests/scenarios/test_dflash_cpu_live.py reads it too)."""
+    done = make_qualify_run.wait()
+    return done.proc, done.run, done.path
 
 
 def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(cpu_run) -> None:
@@ -189,19 +167,13 @@ def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(
     assert f"in container `{container['name']}`" in md
 
 
-def test_a_damaged_checkpoint_fails_acceptance_on_the_load_levels_container(tmp_path: Path) -> None:
+def test_a_damaged_checkpoint_fails_acceptance_on_the_load_levels_container(scrambled_run: QualifyRun) -> None:
     """Scrambled rows (values and statistics unchanged) load, serve and draft, and fail acceptance there."""
     from fixtures.dflash_cpu import build_variants
-    from fixtures.serving import build
 
-    build()
-    scrambled = build_variants()["scrambled"] / "mxfp8"  # converted by the reference converter, with its manifest
-    reports = tmp_path / "reports"
-    proc = qualify("run", "--profile", "fixture-dflash-cpu", "--checkpoint", str(scrambled), "--source",
-                   str(CPU_FIXTURE / "source"), "--levels", "load,smoke,acceptance", "--report-dir", str(reports))
-    assert TRACEBACK not in proc.stderr, proc.stderr[-3000:]
-    (path,) = reports.glob("*/report.json")
-    run = read_json(path)
+    scrambled = build_variants()["scrambled"] / "mxfp8"  # the folder the run was given (built already)
+    done = scrambled_run.wait()
+    proc, run = done.proc, done.run
     assert run.level("load").status is Status.PASSED and run.level("smoke").status is Status.PASSED, proc.stdout
     assert run.level("acceptance").status is Status.FAILED and run.verdict is Verdict.NOT_QUALIFIED
     evidence = _check(run, "acceptance.draft_acceptance").evidence
