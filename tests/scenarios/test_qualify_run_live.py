@@ -23,6 +23,8 @@ import pytest
 
 from qualify.core import Status, Verdict
 from qualify.report.model import Run
+from qualify.runtime import labels
+from qualify.runtime.engine import docker_client
 from tests.helpers import FIXTURE, REPO
 from tests.live_runs import CPU_FIXTURE, QualifyRun
 
@@ -113,6 +115,8 @@ def test_the_card_claims_exactly_the_qualified_levels(full_run) -> None:
 
 # -- make qualify's own profile: the serving levels talk to the load level's container ----------------------
 
+#: The arms [speedup] as_published adds: the checkpoint and the target alone launched as published.
+PUBLISHED = ("checkpoint-published", "reference-published")
 #: The checks whose evidence names the server they talked to.
 SERVED_CHECKS = ("smoke.models_listed", "acceptance.draft_acceptance", "paired.non_inferiority",
                  "losslessness.greedy_identical", "speedup.speculative_speedup", "throughput.serving_throughput")
@@ -151,7 +155,7 @@ def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(
     # The reference and the source draft ran beside it, from the same image; no local vLLM process served.
     serving = run.environment["local_server"]
     assert serving["kind"] == "runtime" and serving["error"] is None
-    assert set(serving["servers"]) == {"speculative", "reference", "source"}
+    assert set(serving["servers"]) == {"speculative", "reference", "source", *PUBLISHED}
     assert serving["servers"]["speculative"]["container"] == container["name"]
     assert {s["image_id"] for s in serving["servers"].values()} == {container["image"]}
     assert all(s["plugin_active"] for s in serving["servers"].values())
@@ -160,9 +164,15 @@ def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(
     engine = _check(run, "paired.non_inferiority").evidence.measured["engine_settings"]  # type: ignore[union-attr]
     assert engine["verified"] is True and engine["differing_keys"] == [] and engine["findings"] == []
     assert "per_request_spec_decode_metrics='summary'" in engine["engine_configs"]["checkpoint"]["observability_config"]
-    # Every container of the run is gone.
+    # One arm at a time, as the profile says ([orchestration]), each stopped before the next started; and
+    # every container of the run is gone: the engine holds none labelled with the run's id.
+    arms = run.environment["runtime"]["arms"]
+    assert arms["mode"] == "sequential"
+    assert [a["arm"] for a in arms["timeline"]] == ["checkpoint", "source", "reference", *PUBLISHED]
+    assert all(a["stopped"] <= b["started"] for a, b in zip(arms["timeline"], arms["timeline"][1:], strict=False))
     assert run.environment["runtime"]["teardown"]["left"] == []
-    assert len(run.environment["runtime"]["teardown"]["removed"]) == 3
+    run_id = run.environment["runtime"]["plan"]["run_id"]
+    assert docker_client().containers.list(all=True, filters={"label": f"{labels.LABEL_RUN}={run_id}"}) == []
     md = (path.parent / "report.md").read_text()
     assert f"in container `{container['name']}`" in md
 
