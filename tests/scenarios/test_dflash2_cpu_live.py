@@ -1,0 +1,119 @@
+"""DFlash 2 on the real vLLM CPU runtime: ``fixture-dflash2-cpu`` qualifies the CPU DFlash 2 fixture, every level.
+
+``qualify run`` as a user runs it, once for the module: the MXFP8 DFlash 2 draft of
+``fixtures/dflash2-cpu`` against its BF16 source, every level (the serving levels against vLLM 0.32's
+own DFlash 2 model code in the vLLM CPU container, the candidate walk by the CPU plugin's proposer).
+Beside it, the damaged variant the cheapest served level must catch: the draft configured for the wrong
+target layers fails the load level (vLLM's own line names the layers it reads; one container, no request).
+What catches each of the other variants is measured and stated in the profile's comments
+(qualify/profiles/fixture-dflash2-cpu.toml). Without Docker or the vLLM venv this FAILS with the setup hint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fixtures import dflash2_cpu
+from qualify.core import Status, Verdict
+from qualify.report.model import Run, read_json
+from tests.helpers import REPO, TRACEBACK
+
+pytestmark = [pytest.mark.slow, pytest.mark.serving]
+
+PROFILE = "fixture-dflash2-cpu"
+#: A guard against a hung run, not a speed claim.
+RUN_GUARD_S = 1800
+GOOD = dflash2_cpu.DEFAULT_OUT
+WRONG_LAYERS = dflash2_cpu.VARIANTS[0]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run's exit code, its output, its report and the report's folder (server.log beside it)."""
+
+    code: int
+    output: str
+    run: Run
+    folder: Path
+
+
+def _start(report_dir: Path, *args: str) -> subprocess.Popen[str]:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "qualify.cli", "run", "--profile", PROFILE, *args, "--report-dir", str(report_dir)]
+    out = open(report_dir.parent / f"{report_dir.name}.out", "w", encoding="utf-8")  # noqa: SIM115 (the child's)
+    return subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen[str], report_dir: Path) -> Finished:
+    try:
+        code = proc.wait(timeout=RUN_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=120)
+    output = (report_dir.parent / f"{report_dir.name}.out").read_text(encoding="utf-8", errors="replace")
+    assert TRACEBACK not in output, output[-3000:]
+    reports = sorted(report_dir.glob("*/report.json"))
+    assert len(reports) == 1, output[-3000:]
+    return Finished(code, output, read_json(reports[0]), reports[0].parent)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Finished]:
+    """Both runs, side by side (each its own containers and free ports): the good draft's and the variant's."""
+    from fixtures.serving import build
+
+    build()
+    variant = dflash2_cpu.build_variants()[WRONG_LAYERS] / "mxfp8"
+    root = tmp_path_factory.mktemp("dflash2-runs")
+    procs = {"good": _start(root / "good", "--checkpoint", str(GOOD / "mxfp8"), "--source", str(GOOD / "source")),
+             WRONG_LAYERS: _start(root / "variant", "--checkpoint", str(variant), "--source", str(GOOD / "source"),
+                                  "--levels", "load")}
+    return {"good": _finish(procs["good"], root / "good"), WRONG_LAYERS: _finish(procs[WRONG_LAYERS], root / "variant")}
+
+
+def _check(run: Run, check_id: str) -> object:
+    (found,) = [c for lv in run.levels for c in lv.checks if c.id == check_id]
+    return found
+
+
+def test_the_dflash2_fixture_qualifies_through_every_level_on_real_vllm(runs: dict[str, Finished]) -> None:
+    code, output, run = runs["good"].code, runs["good"].output, runs["good"].run
+    statuses = {lv.name: lv.status for lv in run.levels}
+    required = ["structure", "format", "reproduction", "load", "smoke", "acceptance", "paired", "losslessness"]
+    assert all(statuses[name] is Status.PASSED for name in required), (statuses, output[-4000:])
+    assert {statuses["throughput"], statuses["speedup"]} == {Status.PASSED}, statuses
+    assert run.verdict is Verdict.QUALIFIED and code == 0 and run.qualified_levels == required
+    length = _check(run, "acceptance.draft_acceptance").evidence.measured["mean_acceptance_length"]  # type: ignore[attr-defined]
+    assert length["low"] >= 1.5, length
+
+
+def test_the_load_evidence_is_vllms_dflash2_and_the_plugins_candidate_head(runs: dict[str, Finished]) -> None:
+    run, run_dir = runs["good"].run, runs["good"].folder
+    load = _check(run, "load.load_evidence").evidence.measured["items"]  # type: ignore[attr-defined]
+    assert {"vllm_cpu_plugin_dflash2", "dflash2_draft_architecture", "mxfp8_linear_kernel_draft_gemms",
+            "draft_weights_loaded"} <= set(load), load
+    assert "Resolved architecture: DFlash2DraftModel" in load["dflash2_draft_architecture"]["line"]
+    assert "Using EmulationMxfp8LinearKernel for MXFP8 GEMM" in load["mxfp8_linear_kernel_draft_gemms"]["line"]
+    # Logged once, at the first draft (the smoke level's first request): the candidate head drafted.
+    log = (run_dir / "server.log").read_text(encoding="utf-8", errors="replace")
+    assert ("qualify-vllm-cpu: DFlash 2 candidate head drafting (vLLM's compute_candidates and candidate_selector, "
+            "temperature-0 candidate walk; top_k=8, steps=7)") in log
+
+
+def test_the_wrong_target_layers_fail_the_load_level_on_real_vllm(runs: dict[str, Finished]) -> None:
+    """vLLM reads the draft's target_layer_ids at load: the wrong pair is in its own log line, before any request."""
+    code, output, run = runs[WRONG_LAYERS].code, runs[WRONG_LAYERS].output, runs[WRONG_LAYERS].run
+    check = _check(run, "load.load_evidence")
+    assert check.status is Status.FAILED, output[-3000:]  # type: ignore[attr-defined]
+    failure = check.evidence.failure_text()  # type: ignore[attr-defined]
+    assert "missing evidence 'dflash_target_layers'" in failure, failure
+    assert "Using auxiliary layers from speculative config" in failure, failure
+    others = {c.id: c.status for c in run.level("load").checks if c.id != "load.load_evidence"}
+    assert all(status is Status.PASSED for status in others.values()), others  # it loaded: only the layers are wrong
+    assert run.verdict is not Verdict.QUALIFIED and code == 1
