@@ -8,6 +8,7 @@ names, its head is no longer neutral, and its damaged variants differ from it on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -92,17 +93,11 @@ def test_the_shipped_draft_is_what_its_training_wrote() -> None:
     files = {str(p.relative_to(SHIPPED)): dflash_cpu._sha256(p) for p in sorted(SHIPPED.rglob("*"))
              if p.is_file() and p.name != "training.json"}
     assert files == report["files"]
-    assert report["spec"]["recipe"] == dataclasses_asdict(dflash2_cpu.RECIPE)
+    assert report["spec"]["recipe"] == dataclasses.asdict(dflash2_cpu.RECIPE)
     estimates = report["offline_estimates"]
     # The head earns its keep: the trained selector drafts better than the same draft without it.
     assert estimates["trained"]["mean_acceptance_length"] > estimates["trained_convolutions_zero_selector"][
         "mean_acceptance_length"] and estimates["trained"]["overruled_fraction"] > 0.1
-
-
-def dataclasses_asdict(recipe: dflash2_cpu.Recipe) -> dict[str, object]:
-    import dataclasses
-
-    return dataclasses.asdict(recipe)
 
 
 def test_the_shipped_head_is_trained_and_its_dflash_weights_are_the_base_drafts() -> None:
