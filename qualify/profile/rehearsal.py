@@ -43,6 +43,18 @@ def _local_server_is_the_runtime(a: Mapping[str, Any], b: Mapping[str, Any]) -> 
     return all((data.get("local_server") or {"kind": "runtime"}).get("kind") == "runtime" for data in (a, b))
 
 
+#: Modules vLLM 0.32 builds unquantized in every DFlash 2 draft (``ReplicatedLinear(..., quant_config=None)``):
+#: format.draft_model holds any DFlash 2 draft to it whatever its profile's list says.
+_ALWAYS_UNQUANTIZED = frozenset({"candidate_selector.hidden_projection"})
+
+
+def _exclusions_differ_by_what_vllm_never_quantizes(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """The excluded modules differ only by those vLLM builds unquantized anyway."""
+    def excluded(data: Mapping[str, Any]) -> set[str]:
+        return set((data.get("format") or {}).get("excluded_modules") or ())
+    return (excluded(a) ^ excluded(b)) <= _ALWAYS_UNQUANTIZED
+
+
 def _concurrency_is_one_and_max_num_seqs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Both sides measure at batch 1 and at their own MAX_NUM_SEQS: the same rule at another size."""
     def rule_holds(data: Mapping[str, Any]) -> bool:
@@ -168,6 +180,9 @@ ALLOWED: tuple[AllowedKey, ...] = (
     AllowedKey("speedup.prompts", _SIZES),
     AllowedKey("losslessness.max_tokens", _SIZES),
     AllowedKey("throughput.max_tokens", _SIZES),
+    AllowedKey("format.excluded_modules", "the card names lm_head only; vLLM 0.32 builds the candidate selector's "
+               "hidden projection unquantized in every DFlash 2 draft, and format.draft_model requires it so, whatever "
+               "the list says", _exclusions_differ_by_what_vllm_never_quantizes),
     AllowedKey("throughput.concurrency", _SIZES + " (MAX_NUM_SEQS on both)", _throughput_at_max_num_seqs),
     AllowedKey("*.request_timeout_s", _SLOW),
     AllowedKey("runtime.startup_timeout_s", _SLOW),

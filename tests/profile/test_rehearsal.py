@@ -125,3 +125,11 @@ def test_local_servers_the_rehearsal_starts_itself_are_drift(seed_profile: Profi
     assert drift(seed_profile, b) == []  # kind runtime: the serving levels talk to the run's own containers
     b["local_server"]["kind"] = "vllm-cpu"  # local processes beside the container: another path
     assert "local_server" in [d.key for d in drift(seed_profile, b)]
+
+
+def test_the_excluded_modules_may_differ_only_by_what_vllm_never_quantizes(seed_profile: Profile) -> None:
+    b = _data(seed_profile)
+    b["format"]["excluded_modules"] = ["lm_head", "candidate_selector.hidden_projection"]
+    assert drift(seed_profile, b) == []
+    b["format"]["excluded_modules"] = ["lm_head", "layers.0.mlp.down_proj"]
+    assert [d.key for d in drift(seed_profile, b)] == ["format.excluded_modules"]
