@@ -87,7 +87,10 @@ def test_the_dflash2_fixture_qualifies_through_every_level_on_real_vllm(runs: di
     statuses = {lv.name: lv.status for lv in run.levels}
     required = ["structure", "format", "reproduction", "load", "smoke", "acceptance", "paired", "losslessness"]
     assert all(statuses[name] is Status.PASSED for name in required), (statuses, output[-4000:])
-    assert {statuses["throughput"], statuses["speedup"]} == {Status.PASSED}, statuses
+    # Measured, not qualified (the profile states no bound): figures, never a failure.
+    for check_id in ("throughput.serving_throughput", "speedup.speculative_speedup"):
+        check = _check(run, check_id)
+        assert check.status is Status.SKIPPED and " measured (" in check.message, check  # type: ignore[attr-defined]
     assert run.verdict is Verdict.QUALIFIED and code == 0 and run.qualified_levels == required
     length = _check(run, "acceptance.draft_acceptance").evidence.measured["mean_acceptance_length"]  # type: ignore[attr-defined]
     assert length["low"] >= 1.5, length
@@ -114,6 +117,6 @@ def test_the_wrong_target_layers_fail_the_load_level_on_real_vllm(runs: dict[str
     failure = check.evidence.failure_text()  # type: ignore[attr-defined]
     assert "missing evidence 'dflash_target_layers'" in failure, failure
     assert "Using auxiliary layers from speculative config" in failure, failure
-    others = {c.id: c.status for c in run.level("load").checks if c.id != "load.load_evidence"}
-    assert all(status is Status.PASSED for status in others.values()), others  # it loaded: only the layers are wrong
+    # It loaded and served: only the layers it reads are wrong.
+    assert _check(run, "load.ready").status is Status.PASSED  # type: ignore[attr-defined]
     assert run.verdict is not Verdict.QUALIFIED and code == 1
