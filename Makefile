@@ -6,8 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-# The default: the CPU DFlash fixture, qualified through every level by the real vLLM CPU runtime.
-PROFILE ?= fixture-dflash-cpu
+# The default: the CPU DFlash 2 fixture (the released draft's architecture), qualified through every level by
+# the real vLLM CPU runtime; PROFILE=fixture-dflash-cpu qualifies the DFlash (1) fixture the same way.
+PROFILE ?= fixture-dflash2-cpu
 REPORTS ?= reports
 LEVELS ?=
 DRAFT_REVISION ?=
@@ -23,7 +24,11 @@ REQUIRE ?=
 MUTANTS ?= qualify.release.gate.* qualify.commands.gate.*
 # The shipped fixtures are qualified from their folders; any other profile's draft and source
 # come from the hub at their pinned commits unless CHECKPOINT / SOURCE name local folders.
-ifeq ($(PROFILE),fixture-dflash-cpu)
+ifeq ($(PROFILE),fixture-dflash2-cpu)
+CHECKPOINT ?= fixtures/dflash2-cpu/mxfp8
+SOURCE ?= fixtures/dflash2-cpu/source
+LOCAL_RUNTIMES := local-runtimes
+else ifeq ($(PROFILE),fixture-dflash-cpu)
 CHECKPOINT ?= fixtures/dflash-cpu/mxfp8
 SOURCE ?= fixtures/dflash-cpu/source
 LOCAL_RUNTIMES := local-runtimes

@@ -1,11 +1,12 @@
 """What a CPU rehearsal may change of the release profile: the allow-list, declared once, each rule with its reason.
 
 ``make qualify`` rehearses the release run (profile ``glm53-flash-dflash2-mxfp8-tp4``) on CPU with profile
-``fixture-dflash-cpu``. The rehearsal shows something about the release only where it takes the same path:
-the same levels, arms run the same way, the same proposal length, temperatures, concurrency rule, launch
-overrides and measurement methods. What a CPU cannot share with four GPUs is listed in :data:`ALLOWED`
-(hardware, the image and its build, model repositories and revisions, served names, ports, sizes, the log
-lines each runtime prints, thresholds a tiny draft can show, words); every other difference is drift.
+``fixture-dflash2-cpu`` (and the DFlash (1) fixture's ``fixture-dflash-cpu`` the same way). The rehearsal
+shows something about the release only where it takes the same path: the same levels, arms run the same way,
+the same proposal length, temperatures, concurrency rule, launch overrides and measurement methods. What a CPU
+cannot share with four GPUs is listed in :data:`ALLOWED` (hardware, the image and its build, model
+repositories and revisions, served names, ports, sizes, the log lines each runtime prints, thresholds a tiny
+draft can show, words); every other difference is drift.
 
 A rule names keys as :mod:`qualify.profile.diff` flattens them, with ``*`` for one key segment, ``[*]`` for
 any array item and ``**`` for any rest (nothing included). A difference whose table or item is on one side
@@ -24,7 +25,9 @@ from qualify.profile.model import Profile
 
 #: The release profile and the CPU profile that rehearses it.
 RELEASE_PROFILE = "glm53-flash-dflash2-mxfp8-tp4"
-REHEARSAL_PROFILE = "fixture-dflash-cpu"
+REHEARSAL_PROFILE = "fixture-dflash2-cpu"
+#: Every CPU profile that rehearses the release run (make qualify's first): each is held to the same allow-list.
+REHEARSAL_PROFILES = (REHEARSAL_PROFILE, "fixture-dflash-cpu")
 
 Condition = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 

@@ -11,6 +11,7 @@ from qualify.profile import Profile, load_profile
 from qualify.profile.rehearsal import (
     ALLOWED,
     REHEARSAL_PROFILE,
+    REHEARSAL_PROFILES,
     RELEASE_PROFILE,
     AllowedKey,
     disallowed_leaves,
@@ -112,8 +113,9 @@ def test_a_table_on_one_side_is_allowed_only_if_every_key_under_it_is(seed_profi
     assert disallowed_leaves(judged["losslessness.rounds"], seed_profile.data, b) == ["losslessness.rounds"]
 
 
-def test_the_release_profile_and_its_cpu_rehearsal_differ_only_where_allowed() -> None:
-    release, rehearsal = load_profile(RELEASE_PROFILE), load_profile(REHEARSAL_PROFILE)
+@pytest.mark.parametrize("cpu_profile", REHEARSAL_PROFILES)
+def test_the_release_profile_and_its_cpu_rehearsal_differ_only_where_allowed(cpu_profile: str) -> None:
+    release, rehearsal = load_profile(RELEASE_PROFILE), load_profile(cpu_profile)
     bad = drift(release, rehearsal)
     assert [d.key for d in bad] == [], "the CPU rehearsal differs from the release profile in orchestration"
 
