@@ -163,7 +163,13 @@ def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(
     # Both paired arms ran identical engine settings but for the draft (vLLM's own logged configuration).
     engine = _check(run, "paired.non_inferiority").evidence.measured["engine_settings"]  # type: ignore[union-attr]
     assert engine["verified"] is True and engine["differing_keys"] == [] and engine["findings"] == []
-    assert "per_request_spec_decode_metrics='summary'" in engine["engine_configs"]["checkpoint"]["observability_config"]
+    # As the release run must (its launcher takes no flag for them): no per-request metrics, so batch 1 is measured
+    # per prompt from /metrics and MAX_NUM_SEQS per batch, and the report says so.
+    assert "per_request_spec_decode_metrics='none'" in engine["engine_configs"]["checkpoint"]["observability_config"]
+    paired = _check(run, "paired.non_inferiority").evidence.measured["concurrency"]  # type: ignore[union-attr]
+    assert paired["1"]["measured"]["candidate"]["figures_from"] == "counters"
+    assert paired["4"]["measured"]["candidate"]["figures_from"] == "counters per batch"
+    assert paired["4"]["measured"]["method"].startswith("run-level: no per-request metrics in the responses")
     # One arm at a time, as the profile says ([orchestration]), each stopped before the next started; and
     # every container of the run is gone: the engine holds none labelled with the run's id.
     arms = run.environment["runtime"]["arms"]
