@@ -218,20 +218,28 @@ def test_the_variants_not_served_draft_no_better_offline_than_the_nearest_served
 
 
 def test_a_checkpoint_vllm_cannot_load_fails_load_with_vllms_own_error(tmp_path: Path) -> None:
-    """The shipped DFlash 2 fixture in the real vLLM CPU runtime: vLLM 0.32's CPU build refuses DFlash 2."""
-    from tests.helpers import FIXTURE, TRACEBACK, run_qualify
+    """A DFlash draft that mixes sliding and full attention layers: vLLM 0.32's CPU runner refuses it at start."""
+    import shutil
 
-    done = run_qualify("run", "--profile", PROFILE, "--checkpoint", str(FIXTURE / "mxfp8"), "--levels", "load",
-                       "--report-dir", str(tmp_path), timeout=1200)
+    from tests.helpers import TRACEBACK, run_qualify
+
+    draft = tmp_path / "draft"
+    shutil.copytree(REPO / "fixtures" / "dflash-cpu" / "mxfp8", draft)
+    config = json.loads((draft / "config.json").read_text())
+    config["layer_types"] = ["sliding_attention"] + ["full_attention"] * (config["num_hidden_layers"] - 1)
+    config["sliding_window"] = 16
+    (draft / "config.json").write_text(json.dumps(config, indent=2))
+    done = run_qualify("run", "--profile", PROFILE, "--checkpoint", str(draft), "--levels", "load",
+                       "--report-dir", str(tmp_path / "reports"), timeout=1200)
     assert done.returncode == 1 and TRACEBACK not in done.stdout + done.stderr
-    (report,) = tmp_path.glob("*/report.json")
+    (report,) = (tmp_path / "reports").glob("*/report.json")
     run = read_json(report)
     (ready,) = [c for lv in run.levels for c in lv.checks if c.id == "load.ready"]
     assert ready.status is Status.FAILED
     assert ready.evidence is not None
     said = " ".join(f.message for f in ready.evidence.findings)
-    assert "the runtime's last error: Value error, Model Runner V1 does not support: DFlash candidate-head drafts" \
-        in said, said
+    assert "the runtime's last error: Value error, Model Runner V1 does not support: mixed sliding/full dflash " \
+           "drafts" in said, said
 
 
 # ---- the paired level: the MXFP8 checkpoint against the BF16 draft it was converted from
