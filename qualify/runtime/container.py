@@ -51,6 +51,9 @@ from qualify.util.progress import WaitProgress
 from qualify.util.redact import redact, redact_env
 
 _LOG_TAIL = 25
+#: Removals of a run's containers before a refusal is reported, and the pause between them.
+REMOVE_ATTEMPTS = 3
+REMOVE_RETRY_S = 2.0
 #: A line where a runtime states its own error: an exception's "SomeError: ..." line, pydantic's
 #: "Value error, ...", or a log line at ERROR level.
 _ERROR_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:|\bValue error, |\bERROR\b")
@@ -349,12 +352,23 @@ class RuntimeContainer:
                     state = self.state()
                     record.status, record.exit_code = state.get("Status"), state.get("ExitCode")
             try:
-                for c in run_containers(self.client, self.plan.run_id):
-                    try:
-                        c.remove(force=True)
-                        record.removed.append(c.name)
-                    except Exception as exc:
-                        record.errors.append(f"removing {c.name}: {exc}")
+                failed: dict[str, str] = {}
+                # The engine can refuse a removal for a moment (a process of the container not yet reaped:
+                # "could not kill running container"); a removal still refused after the retries is reported.
+                for attempt in range(REMOVE_ATTEMPTS):
+                    failed = {}
+                    for c in run_containers(self.client, self.plan.run_id):
+                        try:
+                            c.remove(force=True)
+                            if c.name not in record.removed:
+                                record.removed.append(c.name)
+                        except Exception as exc:
+                            failed[c.name] = f"removing {c.name}: {exc}"
+                    if not failed:
+                        break
+                    if attempt + 1 < REMOVE_ATTEMPTS:
+                        time.sleep(REMOVE_RETRY_S)
+                record.errors.extend(failed.values())
                 record.left = [c.name for c in run_containers(self.client, self.plan.run_id)]
             except Exception as exc:
                 record.errors.append(f"listing the run's containers: {exc}")

@@ -465,3 +465,41 @@ def test_a_cause_pushed_out_of_the_tail_by_a_long_traceback_is_still_quoted() ->
     # A tail that holds a cause of its own is left as it is; a log with no cause at all keeps its pointer.
     assert tail_with_cause([*log[:2], "ValueError: later"], 1) == ["ValueError: later"]
     assert tail_with_cause(log[2:], 25) == log[2:][-25:]
+
+
+class _Refusing:
+    """A container the engine refuses to remove ``refusals`` times (a process of it not yet reaped)."""
+
+    def __init__(self, name: str, refusals: int, gone: set[str]) -> None:
+        self.name, self.refusals, self.gone = name, refusals, gone
+
+    def remove(self, force: bool = False) -> None:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise RuntimeError(f"could not kill running container {self.name}")
+        self.gone.add(self.name)
+
+
+def _stopped_with(monkeypatch: pytest.MonkeyPatch, refusals: int) -> Any:
+    from types import SimpleNamespace
+
+    from qualify.runtime import container as c
+
+    gone: set[str] = set()
+    box = _Refusing("qualify-x", refusals, gone)
+    client = SimpleNamespace(containers=SimpleNamespace(
+        list=lambda all, filters: [] if box.name in gone else [box]))
+    monkeypatch.setattr(c.time, "sleep", lambda s: None)
+    plan = plans.build_plan(load_profile("fixture"), run_id="test-remove", draft_revision=CANDIDATE)
+    return c.RuntimeContainer(client, plan).stop()
+
+
+def test_a_removal_the_engine_refuses_for_a_moment_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = _stopped_with(monkeypatch, refusals=2)
+    assert record.ok and record.removed == ["qualify-x"] and record.errors == []
+
+
+def test_a_removal_still_refused_after_the_retries_is_a_teardown_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = _stopped_with(monkeypatch, refusals=99)
+    assert not record.ok and record.left == ["qualify-x"]
+    assert record.errors == ["removing qualify-x: could not kill running container qualify-x"]
