@@ -1,18 +1,19 @@
 """The ``qualify run``s more than one scenario module reads: each run once per test session, side by side.
 
-Three runs are the longest steps of a session: make qualify's own (the CPU DFlash fixture through every
-level in the vLLM CPU container, its five arms one after another), the scrambled variant's in the same
-container (load, smoke, acceptance), and the ``fixture`` profile's with its local vLLM servers. Each is
+Four runs are the longest steps of a session: make qualify's own (the CPU DFlash 2 fixture, profile
+``fixture-dflash2-cpu``, through every level in the vLLM CPU container, its five arms one after another),
+the CPU DFlash (1) fixture's and its scrambled variant's in the same container (load, smoke, acceptance),
+and the ``fixture`` profile's with its local vLLM servers. Each is
 mostly one core's work (a server start is mostly single-threaded imports, and a run starts its servers
 one at a time), so they run side by side in the background: the first test that asks for any of them
 starts every one the session's tests ask for, and a test waits only for the run it reads. The
-fixtures that hand them out (``make_qualify_run``, ``scrambled_run``, ``fixture_run``) are
-tests/scenarios/conftest.py's.
+fixtures that hand them out (``make_qualify_run``, ``dflash_cpu_run``, ``scrambled_run``, ``fixture_run``)
+are tests/scenarios/conftest.py's.
 
 Who reads them: tests/scenarios/test_qualify_run_live.py asserts what each run did;
-tests/scenarios/test_dflash_cpu_live.py reads the good draft's acceptance from make qualify's run (the
-good draft is its checkpoint) and the scrambled draft's from the scrambled run, instead of serving
-those drafts again.
+tests/scenarios/test_dflash2_cpu_live.py reads make qualify's run (the DFlash 2 fixture qualified on real
+vLLM); tests/scenarios/test_dflash_cpu_live.py reads the good DFlash (1) draft's acceptance from its run
+and the scrambled draft's from the scrambled run, instead of serving those drafts again.
 
 Sharing cannot move a verdict: each run is its own process with its own servers or containers, its own
 free ports and its own report folder; every figure it measured reads counter deltas around its own
@@ -40,6 +41,8 @@ RUN_GUARD_S = 1800
 #: How long a run stopped at the session's end may take to tear its containers down.
 STOP_GRACE_S = 120
 CPU_FIXTURE = REPO / "fixtures" / "dflash-cpu"
+#: make qualify's fixture (the Makefile's default PROFILE, fixture-dflash2-cpu).
+MAKE_QUALIFY_FIXTURE = REPO / "fixtures" / "dflash2-cpu"
 #: The ``fixture`` run's levels: all but those make qualify's run covers on the real runtime.
 FIXTURE_LEVELS = "structure,format,reproduction,load,smoke,acceptance,losslessness"
 
@@ -121,6 +124,7 @@ class SessionRuns:
         self.keys = write_key(_mkdir(root / "keys"), "release")  # (private, public): the fixture run is signed
         self.runs = {
             "make-qualify": QualifyRun("make-qualify", _mkdir(root / "make-qualify"), _make_qualify_args),
+            "dflash-cpu": QualifyRun("dflash-cpu", _mkdir(root / "dflash-cpu"), _dflash_cpu_args),
             "scrambled": QualifyRun("scrambled", _mkdir(root / "scrambled"), _scrambled_args),
             "fixture": QualifyRun("fixture", _mkdir(root / "fixture"), lambda: self._fixture_args()),
         }
@@ -150,8 +154,13 @@ def _mkdir(path: Path) -> Path:
 
 
 def _make_qualify_args() -> list[str]:
+    return ["--profile", "fixture-dflash2-cpu", "--checkpoint", str(MAKE_QUALIFY_FIXTURE / "mxfp8"), "--source",
+            str(MAKE_QUALIFY_FIXTURE / "source")]
+
+
+def _dflash_cpu_args() -> list[str]:
     return ["--profile", "fixture-dflash-cpu", "--checkpoint", str(CPU_FIXTURE / "mxfp8"), "--source",
-            str(CPU_FIXTURE / "source")]
+            str(CPU_FIXTURE / "source"), "--levels", "load,smoke,acceptance"]
 
 
 def _scrambled_args() -> list[str]:
@@ -164,4 +173,5 @@ def _scrambled_args() -> list[str]:
 
 
 #: The session fixtures (tests/scenarios/conftest.py) by the run each hands out.
-RUN_FIXTURES = {"make_qualify_run": "make-qualify", "scrambled_run": "scrambled", "fixture_run": "fixture"}
+RUN_FIXTURES = {"make_qualify_run": "make-qualify", "dflash_cpu_run": "dflash-cpu", "scrambled_run": "scrambled",
+                "fixture_run": "fixture"}

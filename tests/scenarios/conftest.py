@@ -21,8 +21,14 @@ def session_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionRu
 
 @pytest.fixture(scope="session")
 def make_qualify_run(session_runs: SessionRuns, request: pytest.FixtureRequest) -> QualifyRun:
-    """make qualify's run: ``fixture-dflash-cpu``, every level, in the vLLM CPU container (started, not awaited)."""
+    """make qualify's run: ``fixture-dflash2-cpu``, every level, in the vLLM CPU container (started, not awaited)."""
     return session_runs.get("make-qualify", request.session)
+
+
+@pytest.fixture(scope="session")
+def dflash_cpu_run(session_runs: SessionRuns, request: pytest.FixtureRequest) -> QualifyRun:
+    """The CPU DFlash (1) fixture through load, smoke and acceptance in the vLLM CPU container."""
+    return session_runs.get("dflash-cpu", request.session)
 
 
 @pytest.fixture(scope="session")

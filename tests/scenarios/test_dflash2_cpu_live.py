@@ -1,7 +1,7 @@
 """DFlash 2 on the real vLLM CPU runtime: ``fixture-dflash2-cpu`` qualifies the CPU DFlash 2 fixture, every level.
 
-``qualify run`` as a user runs it, once for the module: the MXFP8 DFlash 2 draft of
-``fixtures/dflash2-cpu`` against its BF16 source, every level (the serving levels against vLLM 0.32's
+``qualify run`` as a user runs it, once per session (make qualify's run, tests/live_runs.py): the MXFP8
+DFlash 2 draft of ``fixtures/dflash2-cpu`` against its BF16 source, every level (the serving levels against vLLM 0.32's
 own DFlash 2 model code in the vLLM CPU container, the candidate walk by the CPU plugin's proposer).
 Beside it, the damaged variant the cheapest served level must catch: the draft configured for the wrong
 target layers fails the load level (vLLM's own line names the layers it reads; one container, no request).
@@ -22,6 +22,7 @@ from fixtures import dflash2_cpu
 from qualify.core import Status, Verdict
 from qualify.report.model import Run, read_json
 from tests.helpers import REPO, TRACEBACK
+from tests.live_runs import QualifyRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
@@ -64,17 +65,19 @@ def _finish(proc: subprocess.Popen[str], report_dir: Path) -> Finished:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Finished]:
-    """Both runs, side by side (each its own containers and free ports): the good draft's and the variant's."""
+def runs(make_qualify_run: QualifyRun, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Finished]:
+    """make qualify's run (the session's, tests/live_runs.py: this profile on the good draft) and, beside it, the
+    variant's load (its own containers and free ports)."""
     from fixtures.serving import build
 
     build()
     variant = dflash2_cpu.build_variants()[WRONG_LAYERS] / "mxfp8"
     root = tmp_path_factory.mktemp("dflash2-runs")
-    procs = {"good": _start(root / "good", "--checkpoint", str(GOOD / "mxfp8"), "--source", str(GOOD / "source")),
-             WRONG_LAYERS: _start(root / "variant", "--checkpoint", str(variant), "--source", str(GOOD / "source"),
-                                  "--levels", "load")}
-    return {"good": _finish(procs["good"], root / "good"), WRONG_LAYERS: _finish(procs[WRONG_LAYERS], root / "variant")}
+    proc = _start(root / "variant", "--checkpoint", str(variant), "--source", str(GOOD / "source"), "--levels", "load")
+    good = make_qualify_run.wait()
+    assert good.run.profile["name"] == PROFILE
+    return {"good": Finished(good.proc.returncode, good.proc.stdout + good.proc.stderr, good.run, good.path.parent),
+            WRONG_LAYERS: _finish(proc, root / "variant")}
 
 
 def _check(run: Run, check_id: str) -> object:

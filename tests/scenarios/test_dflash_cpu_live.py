@@ -96,9 +96,9 @@ if ALL:
         return {}
 else:
     @pytest.fixture(scope="module")
-    def draft_runs(make_qualify_run: QualifyRun, scrambled_run: QualifyRun) -> dict[str, QualifyRun]:
+    def draft_runs(dflash_cpu_run: QualifyRun, scrambled_run: QualifyRun) -> dict[str, QualifyRun]:
         """The runs serving the good and the scrambled draft, started: they go on while this module's servers start."""
-        return {"good": make_qualify_run, "scrambled": scrambled_run}
+        return {"good": dflash_cpu_run, "scrambled": scrambled_run}
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,10 @@ stand-in container (built by the run if missing), smoke, acceptance and lossless
 local vLLM CPU servers of the profile's ``[local_server]`` (the draft's and the target's alone;
 the paired level's source-draft server and the two measured levels are make qualify's run's, below,
 and the paired level against local servers is tests/scenarios/test_paired_live.py's); then the
-release gate and the card on the report it wrote. ``fixture-dflash-cpu`` (``make qualify``): the
-serving levels talk to the real vLLM CPU container the load level launched, beside a reference and a source draft's
-container of the same image; a damaged checkpoint fails acceptance there. Without Docker or
+release gate and the card on the report it wrote. ``fixture-dflash2-cpu`` (``make qualify``): the
+serving levels talk to the real vLLM CPU container the load level launched, then to the source draft's,
+the target alone's and both as published, one after another from the same image; the CPU DFlash (1)
+fixture's scrambled variant fails acceptance in that container. Without Docker or
 the vLLM venv this FAILS with the setup hint: a release gate's own end-to-end test must not
 pass by skipping its runtimes.
 """
@@ -26,7 +27,7 @@ from qualify.report.model import Run
 from qualify.runtime import labels
 from qualify.runtime.engine import docker_client
 from tests.helpers import FIXTURE, REPO
-from tests.live_runs import CPU_FIXTURE, QualifyRun
+from tests.live_runs import MAKE_QUALIFY_FIXTURE, QualifyRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
@@ -129,7 +130,7 @@ def _check(run: Run, check_id: str) -> Any:
 
 @pytest.fixture(scope="module")
 def cpu_run(make_qualify_run: QualifyRun) -> tuple[subprocess.CompletedProcess[str], Run, Path]:
-    """make qualify's run (tests/scenarios/conftest.py; tests/scenarios/test_dflash_cpu_live.py reads it too)."""
+    """make qualify's run (tests/scenarios/conftest.py; tests/scenarios/test_dflash2_cpu_live.py reads it too)."""
     done = make_qualify_run.wait()
     return done.proc, done.run, done.path
 
@@ -150,7 +151,7 @@ def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(
         assert served["checkpoint"]["revision"] == run.checkpoint["revision"], check_id
         assert served["checkpoint"]["content_revision"] == run.checkpoint["revision"], check_id
         # Mounted from the run's pinned copy of it (the bytes the checks read), never the folder as named.
-        assert served["checkpoint"]["mounted_from"] != str((CPU_FIXTURE / "mxfp8").resolve()), check_id
+        assert served["checkpoint"]["mounted_from"] != str((MAKE_QUALIFY_FIXTURE / "mxfp8").resolve()), check_id
         assert Path(served["checkpoint"]["mounted_from"]).name == "draft", check_id
     # The reference and the source draft ran beside it, from the same image; no local vLLM process served.
     serving = run.environment["local_server"]
