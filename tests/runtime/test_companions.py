@@ -113,6 +113,7 @@ def test_a_source_on_a_relative_path_is_mounted_absolute(plan: plans.LaunchPlan,
 
 # -- with the stand-in runtime (real containers; the docker tests' rules: see tests/runtime/test_container.py) --
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_companions_start_with_the_runtime_and_leave_with_it(docker_client: Any, standin: str,
                                                              tmp_path: Path) -> None:
@@ -165,6 +166,7 @@ def test_companions_start_with_the_runtime_and_leave_with_it(docker_client: Any,
                                        "revision": source.revision}
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_arms_one_after_another_never_overlap(docker_client: Any, standin: str, tmp_path: Path) -> None:
     from qualify.checkpoint.checksums import folder_revision

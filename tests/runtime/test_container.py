@@ -384,6 +384,7 @@ def test_a_killed_harness_leaves_a_leftover_the_next_run_removes(docker_client: 
     assert docker_ps(f"{labels.LABEL_RUN}={run_id}") == []
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_cli_serve_exit_codes(docker_client: Any, standin: str, tmp_path: Path) -> None:
     from qualify.runtime.standin import ensure_fault_image

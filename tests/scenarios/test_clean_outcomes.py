@@ -133,6 +133,7 @@ def test_a_control_character_in_a_manifest_path_fails_structure_paths(tmp_path, 
 # -- minor holes ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_report_with_a_repeated_level_is_refused_by_card_gate_and_reader(tmp_path, capsys):
     proc = run_qualify("check", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"), "--levels",
                        "structure,format", "--report-dir", str(tmp_path / "r"))
@@ -161,6 +162,7 @@ def test_a_report_with_a_repeated_level_is_refused_by_card_gate_and_reader(tmp_p
         assert code == 1 and "appear more than once" in out.out and "qualified:" not in out.out
 
 
+@pytest.mark.slow
 def test_the_gate_counts_only_the_files_the_report_lists(tmp_path, capsys):
     release = tmp_path / "release"
     shutil.copytree(FIXTURE / "mxfp8", release)

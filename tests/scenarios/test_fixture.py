@@ -28,6 +28,7 @@ def test_regenerating_gives_the_shipped_bytes(tmp_path):
     assert digests(tmp_path / "again") == digests(FIXTURE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_any_thread_count_gives_the_shipped_bytes(tmp_path, threads):
     # The manifest's statistics are float64 sums: torch's own reductions would change

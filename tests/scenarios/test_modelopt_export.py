@@ -84,6 +84,7 @@ def test_modelopt_and_transformers_are_installed():
     assert str(torch.__version__).startswith("2.13."), f"torch {torch.__version__}: pip replaced the pinned torch"
 
 
+@pytest.mark.slow
 def test_export_layout(ckpts):
     source, exported = ckpts
     layout = {name: (exported.info(name).dtype, list(exported.info(name).shape)) for name in exported.names()}
@@ -96,6 +97,7 @@ def test_export_layout(ckpts):
         name: ("BF16", shape) for name, shape in {**QUANTIZED, **UNQUANTIZED}.items()}
 
 
+@pytest.mark.slow
 def test_export_quant_config_files(export):
     source_dir, export_dir = export
     producer = {"name": "modelopt", "version": _modelopt_version()}
@@ -122,6 +124,7 @@ def test_export_quant_config_files(export):
     assert config == json.loads((source_dir / "config.json").read_text())
 
 
+@pytest.mark.slow
 def test_quantized_bytes_equal_the_modelopt_recipe(ckpts):
     source, exported = ckpts
     floor_differs: dict[str, int] = {}
@@ -141,12 +144,14 @@ def test_quantized_bytes_equal_the_modelopt_recipe(ckpts):
     assert sum(1 for n in floor_differs.values() if n) >= len(QUANTIZED) // 2
 
 
+@pytest.mark.slow
 def test_unquantized_tensors_are_the_source_bytes(ckpts):
     source, exported = ckpts
     for name in UNQUANTIZED:
         assert bytes(exported.raw(name)) == bytes(source.raw(name)), name
 
 
+@pytest.mark.slow
 def test_export_is_deterministic(export, tmp_path):
     again = export_tiny_llama(tmp_path)
     for first, second in zip(export, again, strict=True):

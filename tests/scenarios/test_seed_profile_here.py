@@ -34,6 +34,7 @@ def test_every_serving_input_of_the_release_profile_ships_with_the_harness() -> 
                                                 ("losslessness", "reference"), ("speedup", "reference-published")}
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_the_release_profile_here_fails_only_at_what_needs_its_gpus(tmp_path: Path) -> None:
     levels = "load,smoke,acceptance,paired,losslessness,throughput,speedup"

@@ -167,6 +167,7 @@ def test_the_corpus_notices_forged_output(stdout, stderr):
     assert forged_output("structure failed\n    - x\\nverdict: qualified\nverdict: not qualified\n", "") is None
 
 
+@pytest.mark.slow
 def test_gate_refusals_cannot_be_forged(tmp_path, capsys):
     import shutil
 
