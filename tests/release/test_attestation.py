@@ -694,12 +694,12 @@ def test_make_qualify_signs_and_make_gate_verifies(keys, tmp_path):
                               f"VERIFY_KEY={keys['attacker'][1]}", f"REQUIRE={CHECKPOINT_LEVELS}"],
                              cwd=REPO, capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "signed by another key" in refused.stdout
-    # Under another profile than the run's (make's default, fixture-dflash-cpu), the release is refused.
+    # Under another profile than the run's (make's default, fixture-dflash2-cpu), the release is refused.
     other = subprocess.run(["make", "-s", "gate", *common, f"ATTESTATION={attestation}",
                             f"VERIFY_KEY={keys['release'][1]}", f"CHECKPOINT={FIXTURE / 'mxfp8'}"],
                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert other.returncode != 0
-    assert ("refused: the run was made under profile 'fixture', not under fixture-dflash-cpu, the shipped profile "
+    assert ("refused: the run was made under profile 'fixture', not under fixture-dflash2-cpu, the shipped profile "
             "this release is qualified under (--profile)") in other.stdout
 
 

@@ -269,7 +269,9 @@ def test_a_profile_serving_from_its_runtime_starts_no_local_server_and_fails_wit
     assert run.level("paired").reason.startswith("not run: level smoke failed")
     # No local vLLM server was started in its stead; the runtime's record names the launch that was refused.
     assert "local_server" not in run.environment and not list(path.parent.glob("vllm-*.log"))
-    assert run.environment["runtime"]["plan"]["env"]["PER_REQUEST_SPEC_DECODE_METRICS"] == "summary"
+    # Launched as the release run is: no per-request metrics flag (the published launcher takes none).
+    assert "PER_REQUEST_SPEC_DECODE_METRICS" not in run.environment["runtime"]["plan"]["env"]
+    assert run.environment["runtime"]["plan"]["env"]["CUDAGRAPH_MODE"] == "NONE"
     assert run.environment["runtime"]["companions"] == {}
 
 
