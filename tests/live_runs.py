@@ -125,6 +125,11 @@ class SessionRuns:
         self.runs = {
             "make-qualify": QualifyRun("make-qualify", _mkdir(root / "make-qualify"), _make_qualify_args),
             "dflash-cpu": QualifyRun("dflash-cpu", _mkdir(root / "dflash-cpu"), _dflash_cpu_args),
+            "dflash2-scrambled": QualifyRun(
+                "dflash2-scrambled", _mkdir(root / "dflash2-scrambled"),
+                lambda: _dflash2_variant_args("scrambled-selector", "load,smoke,acceptance")),
+            "dflash2-scale": QualifyRun("dflash2-scale", _mkdir(root / "dflash2-scale"),
+                                        lambda: _dflash2_variant_args("scale-damage", "load,smoke,acceptance,paired")),
             "scrambled": QualifyRun("scrambled", _mkdir(root / "scrambled"), _scrambled_args),
             "fixture": QualifyRun("fixture", _mkdir(root / "fixture"), lambda: self._fixture_args()),
         }
@@ -158,6 +163,14 @@ def _make_qualify_args() -> list[str]:
             str(MAKE_QUALIFY_FIXTURE / "source")]
 
 
+def _dflash2_variant_args(name: str, levels: str) -> list[str]:
+    from fixtures.dflash2_cpu import build_variants
+
+    # The damaged DFlash 2 draft (built once, reused by stamp), against the good draft's BF16 source.
+    return ["--profile", "fixture-dflash2-cpu", "--checkpoint", str(build_variants()[name] / "mxfp8"), "--source",
+            str(MAKE_QUALIFY_FIXTURE / "source"), "--levels", levels]
+
+
 def _dflash_cpu_args() -> list[str]:
     return ["--profile", "fixture-dflash-cpu", "--checkpoint", str(CPU_FIXTURE / "mxfp8"), "--source",
             str(CPU_FIXTURE / "source"), "--levels", "load,smoke,acceptance"]
@@ -174,4 +187,5 @@ def _scrambled_args() -> list[str]:
 
 #: The session fixtures (tests/scenarios/conftest.py) by the run each hands out.
 RUN_FIXTURES = {"make_qualify_run": "make-qualify", "dflash_cpu_run": "dflash-cpu", "scrambled_run": "scrambled",
-                "fixture_run": "fixture"}
+                "fixture_run": "fixture", "dflash2_scrambled_run": "dflash2-scrambled",
+                "dflash2_scale_run": "dflash2-scale"}

@@ -26,6 +26,18 @@ def make_qualify_run(session_runs: SessionRuns, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture(scope="session")
+def dflash2_scrambled_run(session_runs: SessionRuns, request: pytest.FixtureRequest) -> QualifyRun:
+    """The DFlash 2 fixture with its candidate selector's codebooks scrambled: load, smoke, acceptance."""
+    return session_runs.get("dflash2-scrambled", request.session)
+
+
+@pytest.fixture(scope="session")
+def dflash2_scale_run(session_runs: SessionRuns, request: pytest.FixtureRequest) -> QualifyRun:
+    """The DFlash 2 fixture's MXFP8 conversion with scale bytes off by one: load through paired."""
+    return session_runs.get("dflash2-scale", request.session)
+
+
+@pytest.fixture(scope="session")
 def dflash_cpu_run(session_runs: SessionRuns, request: pytest.FixtureRequest) -> QualifyRun:
     """The CPU DFlash (1) fixture through load, smoke and acceptance in the vLLM CPU container."""
     return session_runs.get("dflash-cpu", request.session)

@@ -123,3 +123,27 @@ def test_the_wrong_target_layers_fail_the_load_level_on_real_vllm(runs: dict[str
     # It loaded and served: only the layers it reads are wrong.
     assert _check(run, "load.ready").status is Status.PASSED  # type: ignore[attr-defined]
     assert run.verdict is not Verdict.QUALIFIED and code == 1
+
+
+def test_a_scrambled_candidate_selector_fails_acceptance_on_real_vllm(dflash2_scrambled_run: QualifyRun) -> None:
+    """The selector's codebooks scrambled (the file still self-consistent): it loads, serves, drafts, and its
+    candidate walk picks worse: the acceptance level fails it."""
+    done = dflash2_scrambled_run.wait()
+    run = done.run
+    assert run.level("load").status is Status.PASSED and run.level("smoke").status is Status.PASSED, done.proc.stdout
+    check = _check(run, "acceptance.draft_acceptance")
+    assert check.status is Status.FAILED, done.proc.stdout[-3000:]  # type: ignore[attr-defined]
+    assert "mean acceptance length" in check.evidence.failure_text()  # type: ignore[attr-defined]
+    assert run.verdict is Verdict.NOT_QUALIFIED and done.proc.returncode == 1
+
+
+def test_scale_bytes_off_by_one_fail_the_paired_level_on_real_vllm(dflash2_scale_run: QualifyRun) -> None:
+    """Every 256th scale byte one too high, the folder self-consistent: it clears the absolute acceptance floor,
+    and only the comparison with its BF16 source shows the loss."""
+    done = dflash2_scale_run.wait()
+    run = done.run
+    assert run.level("acceptance").status is Status.PASSED, done.proc.stdout[-3000:]
+    check = _check(run, "paired.non_inferiority")
+    assert check.status is Status.FAILED, done.proc.stdout[-3000:]  # type: ignore[attr-defined]
+    assert "relative to the source draft" in check.evidence.failure_text()  # type: ignore[attr-defined]
+    assert run.verdict is Verdict.NOT_QUALIFIED and done.proc.returncode == 1
