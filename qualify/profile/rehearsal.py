@@ -32,12 +32,26 @@ REHEARSAL_PROFILES = (REHEARSAL_PROFILE, "fixture-dflash-cpu")
 Condition = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 
-def _throughput_at_max_num_seqs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Both sides measure throughput at their own MAX_NUM_SEQS: the same rule at another size."""
-    def rule_holds(data: Mapping[str, Any]) -> bool:
-        env = (data.get("runtime") or {}).get("env") or {}
-        return str((data.get("throughput") or {}).get("concurrency")) == str(env.get("MAX_NUM_SEQS"))
-    return rule_holds(a) and rule_holds(b)
+def _max_num_seqs(data: Mapping[str, Any]) -> int | None:
+    """The launcher's MAX_NUM_SEQS, or None where it is not a whole number."""
+    try:
+        return int(((data.get("runtime") or {}).get("env") or {}).get("MAX_NUM_SEQS", ""))
+    except ValueError:
+        return None
+
+
+def _on_both(rule: Callable[[Mapping[str, Any]], bool]) -> Condition:
+    """A condition that holds when ``rule`` holds on each profile: the same rule at another size."""
+    return lambda a, b: rule(a) and rule(b)
+
+
+def _throughput_at(data: Mapping[str, Any]) -> bool:
+    most = _max_num_seqs(data)
+    return most is not None and (data.get("throughput") or {}).get("concurrency") == most
+
+
+#: Both sides measure throughput at their own MAX_NUM_SEQS.
+_throughput_at_max_num_seqs = _on_both(_throughput_at)
 
 
 def _local_server_is_the_runtime(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -58,17 +72,13 @@ def _exclusions_differ_by_what_vllm_never_quantizes(a: Mapping[str, Any], b: Map
     return (excluded(a) ^ excluded(b)) <= _ALWAYS_UNQUANTIZED
 
 
-def _concurrency_is_one_and_max_num_seqs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Both sides measure at batch 1 and at their own MAX_NUM_SEQS: the same rule at another size."""
-    def rule_holds(data: Mapping[str, Any]) -> bool:
-        paired = data.get("paired") or {}
-        env = (data.get("runtime") or {}).get("env") or {}
-        try:
-            most = int(env.get("MAX_NUM_SEQS", ""))
-        except ValueError:
-            return False
-        return list(paired.get("concurrency", ())) == [1, most]
-    return rule_holds(a) and rule_holds(b)
+def _paired_at(data: Mapping[str, Any]) -> bool:
+    most = _max_num_seqs(data)
+    return most is not None and list((data.get("paired") or {}).get("concurrency", ())) == [1, most]
+
+
+#: Both sides measure paired at batch 1 and at their own MAX_NUM_SEQS.
+_concurrency_is_one_and_max_num_seqs = _on_both(_paired_at)
 
 
 @dataclass(frozen=True)
