@@ -421,8 +421,8 @@ class RuntimeSession:
                 return None
             first = self.runtime.stop()  # every container of the run: the companions too
             records = [first] + [runtime.stop() for runtime in self.companions.values()]
-            for role in [self._current] if self._current is not None else []:
-                self._arm_stopped(role)
+            if self._current is not None:
+                self._arm_stopped(self._current)
             if len(records) == 1:
                 return first
             # Arms stopped one after another each left their own record: the run's is all of them.
