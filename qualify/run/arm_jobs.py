@@ -43,15 +43,19 @@ def arm_jobs(profile: Profile, levels: Collection[str]) -> list[ArmJob]:
     """
     model = profile.served_model_name
     jobs: list[ArmJob] = []
-    if "paired" in levels and profile.paired is not None:
-        spec, req, sets = profile.paired, paired_request(profile), pm.load_sets(profile.paired)
+    # Read (and verified against their digests) once, for every level that sends them.
+    sends_sets = profile.paired is not None and not {"paired", "speedup"}.isdisjoint(levels)
+    sets = pm.load_sets(profile.paired) if sends_sets and profile.paired is not None else None
+    if "paired" in levels and profile.paired is not None and sets is not None:
+        spec, req = profile.paired, paired_request(profile)
 
         def paired(client: Any, url: str) -> dict[int, pm.DraftRun]:
             return pm.measure_side(client, url, sets, spec, req)
 
         jobs += [ArmJob("paired", CHECKPOINT, paired), ArmJob("paired", SOURCE, paired)]
     acceptance = profile.acceptance
-    prompts = ps.load_prompts(acceptance.prompts).prompts if acceptance is not None else ()
+    prompts = (ps.load_prompts(acceptance.prompts, sha256=acceptance.prompts_sha256).prompts
+               if acceptance is not None and not {"losslessness", "throughput"}.isdisjoint(levels) else ())
     lossless = profile.losslessness
     if "losslessness" in levels and lossless is not None and acceptance is not None:
         timeout = acceptance.request_timeout_s
@@ -70,9 +74,9 @@ def arm_jobs(profile: Profile, levels: Collection[str]) -> list[ArmJob]:
 
         jobs.append(ArmJob("throughput", CHECKPOINT, streamed))
     speedup = profile.speedup
-    if "speedup" in levels and speedup is not None and profile.paired is not None:
+    if "speedup" in levels and speedup is not None and profile.paired is not None and sets is not None:
         concurrencies = profile.paired.concurrency
-        speed_prompts = [p for _, p in pm.load_sets(profile.paired).prompts][: speedup.prompts]
+        speed_prompts = [p for _, p in sets.prompts][: speedup.prompts]
 
         def timed(client: Any, url: str) -> dict[int, dict[str, Any]]:
             return {c: serving.measure_throughput(client, model, speed_prompts, max_tokens=speedup.max_tokens,
