@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 
 from tests.helpers import FIXTURE
-from tests.live_runs import RUN_FIXTURES
+from tests.live_runs import RUN_FIXTURES, SessionRuns, needed
 from tests.live_servers import LiveServers
 
 # Property tests run the same examples on every run and have no per-example deadline: a loaded
@@ -40,6 +40,25 @@ def live_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         yield pool
     finally:
         pool.close()
+
+
+@pytest.fixture(scope="session")
+def session_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionRuns]:
+    """The session's shared ``qualify run``s (tests/live_runs.py); each stopped at the session's end if still going."""
+    runs = SessionRuns(tmp_path_factory.mktemp("qualify-runs"))
+    try:
+        yield runs
+    finally:
+        runs.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_runs_started(request: pytest.FixtureRequest) -> None:
+    # Started before the first test: the unit tests use one core, and the runs fill the other while they go on.
+    names = needed(request.session.items)
+    if names:
+        runs: SessionRuns = request.getfixturevalue("session_runs")
+        runs.start(names)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,19 +1,14 @@
 """The ``qualify run``s more than one scenario module reads: each run once per test session, side by side.
 
-Four runs are the longest steps of a session: make qualify's own (the CPU DFlash 2 fixture, profile
+They are the longest steps of a session: make qualify's own (the CPU DFlash 2 fixture, profile
 ``fixture-dflash2-cpu``, through every level in the vLLM CPU container, its five arms one after another),
-the CPU DFlash (1) fixture's and its scrambled variant's in the same container (load, smoke, acceptance),
-and the ``fixture`` profile's with its local vLLM servers. Each is
-mostly one core's work (a server start is mostly single-threaded imports, and a run starts its servers
-one at a time), so they run side by side in the background: the first test that asks for any of them
-starts every one the session's tests ask for, and a test waits only for the run it reads. The
-fixtures that hand them out (``make_qualify_run``, ``dflash_cpu_run``, ``scrambled_run``, ``fixture_run``)
-are tests/scenarios/conftest.py's.
-
-Who reads them: tests/scenarios/test_qualify_run_live.py asserts what each run did;
-tests/scenarios/test_dflash2_cpu_live.py reads make qualify's run (the DFlash 2 fixture qualified on real
-vLLM); tests/scenarios/test_dflash_cpu_live.py reads the good DFlash (1) draft's acceptance from its run
-and the scrambled draft's from the scrambled run, instead of serving those drafts again.
+the damaged DFlash 2 variants', the CPU DFlash (1) fixture's and its scrambled variant's in the same
+container, and the ``fixture`` profile's with its local vLLM servers. Each is mostly one core's work (a
+server start is mostly single-threaded imports, and a run starts its servers one at a time), so they all
+start in the background as the session starts (tests/conftest.py), while the unit tests, which use one
+core, run beside them; a test waits only for the run it reads. :data:`RUNS` declares each run once: its
+name, the session fixture that hands it out (tests/scenarios/conftest.py makes one per entry) and what it
+is. A session whose tests read none of them (``make test-fast``, one unit module) starts none.
 
 Sharing cannot move a verdict: each run is its own process with its own servers or containers, its own
 free ports and its own report folder; every figure it measured reads counter deltas around its own
@@ -22,11 +17,12 @@ requests. A run still going when the session ends is stopped (SIGTERM: it tears 
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -54,6 +50,19 @@ class Finished:
     proc: subprocess.CompletedProcess[str]
     run: Run
     path: Path
+
+    @property
+    def code(self) -> int:
+        return self.proc.returncode
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+    @property
+    def folder(self) -> Path:
+        """The run's report folder (server.log beside report.json)."""
+        return self.path.parent
 
 
 class QualifyRun:
@@ -117,40 +126,48 @@ class QualifyRun:
         self._files = []
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """One shared run: its name, the session fixture that hands it out, what it is, and its arguments."""
+
+    name: str
+    fixture: str
+    doc: str
+    args: Callable[[SessionRuns], list[str]]
+
+
 class SessionRuns:
-    """The session's shared runs by name; :meth:`get` starts every run the session needs, the first time."""
+    """The session's shared runs by name; :meth:`start` starts every run the session's tests read."""
 
     def __init__(self, root: Path) -> None:
         self.keys = write_key(_mkdir(root / "keys"), "release")  # (private, public): the fixture run is signed
-        self.runs = {
-            "make-qualify": QualifyRun("make-qualify", _mkdir(root / "make-qualify"), _make_qualify_args),
-            "dflash-cpu": QualifyRun("dflash-cpu", _mkdir(root / "dflash-cpu"), _dflash_cpu_args),
-            "dflash2-scrambled": QualifyRun(
-                "dflash2-scrambled", _mkdir(root / "dflash2-scrambled"),
-                lambda: _dflash2_variant_args("scrambled-selector", "load,smoke,acceptance")),
-            "dflash2-scale": QualifyRun("dflash2-scale", _mkdir(root / "dflash2-scale"),
-                                        lambda: _dflash2_variant_args("scale-damage", "load,smoke,acceptance,paired")),
-            "scrambled": QualifyRun("scrambled", _mkdir(root / "scrambled"), _scrambled_args),
-            "fixture": QualifyRun("fixture", _mkdir(root / "fixture"), lambda: self._fixture_args()),
-        }
+        self.runs = {spec.name: QualifyRun(spec.name, _mkdir(root / spec.name), functools.partial(spec.args, self))
+                     for spec in RUNS}
 
-    def get(self, name: str, session: pytest.Session) -> QualifyRun:
+    def start(self, names: Iterable[str]) -> None:
+        """Start the named runs (those already started are left as they are)."""
         from fixtures.serving import build
 
-        build()  # the target every run serves (reused when already built)
-        needed = {RUN_FIXTURES[f] for item in session.items for f in getattr(item, "fixturenames", ())
-                  if f in RUN_FIXTURES} | {name}
-        for other in sorted(needed):
-            self.runs[other].start()
-        return self.runs[name]
+        names = sorted(set(names))
+        if names:
+            build()  # the target every run serves (reused when already built)
+        for name in names:
+            self.runs[name].start()
 
-    def _fixture_args(self) -> list[str]:
-        return ["--profile", "fixture", "--checkpoint", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"),
-                "--levels", FIXTURE_LEVELS, "--sign-key", str(self.keys[0])]
+    def get(self, name: str) -> QualifyRun:
+        """The named run, started."""
+        self.start([name])
+        return self.runs[name]
 
     def close(self) -> None:
         for run in self.runs.values():
             run.stop()
+
+
+def needed(items: Iterable[pytest.Item]) -> set[str]:
+    """The shared runs the collected tests read (through the fixtures :data:`RUNS` names)."""
+    by_fixture = {spec.fixture: spec.name for spec in RUNS}
+    return {by_fixture[f] for item in items for f in getattr(item, "fixturenames", ()) if f in by_fixture}
 
 
 def _mkdir(path: Path) -> Path:
@@ -158,25 +175,27 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
-def _make_qualify_args() -> list[str]:
+def _make_qualify_args(_: SessionRuns) -> list[str]:
     return ["--profile", "fixture-dflash2-cpu", "--checkpoint", str(MAKE_QUALIFY_FIXTURE / "mxfp8"), "--source",
             str(MAKE_QUALIFY_FIXTURE / "source")]
 
 
-def _dflash2_variant_args(name: str, levels: str) -> list[str]:
-    from fixtures.dflash2_cpu import build_variants
+def _dflash2_variant(name: str, levels: str) -> Callable[[SessionRuns], list[str]]:
+    def args(_: SessionRuns) -> list[str]:
+        from fixtures.dflash2_cpu import build_variants
 
-    # The damaged DFlash 2 draft (built once, reused by stamp), against the good draft's BF16 source.
-    return ["--profile", "fixture-dflash2-cpu", "--checkpoint", str(build_variants()[name] / "mxfp8"), "--source",
-            str(MAKE_QUALIFY_FIXTURE / "source"), "--levels", levels]
+        # The damaged DFlash 2 draft (built once, reused by stamp), against the good draft's BF16 source.
+        return ["--profile", "fixture-dflash2-cpu", "--checkpoint", str(build_variants()[name] / "mxfp8"),
+                "--source", str(MAKE_QUALIFY_FIXTURE / "source"), "--levels", levels]
+    return args
 
 
-def _dflash_cpu_args() -> list[str]:
+def _dflash_cpu_args(_: SessionRuns) -> list[str]:
     return ["--profile", "fixture-dflash-cpu", "--checkpoint", str(CPU_FIXTURE / "mxfp8"), "--source",
             str(CPU_FIXTURE / "source"), "--levels", "load,smoke,acceptance"]
 
 
-def _scrambled_args() -> list[str]:
+def _scrambled_args(_: SessionRuns) -> list[str]:
     from fixtures.dflash_cpu import build_variants
 
     # Converted by the reference converter, with its manifest: values and statistics unchanged, rows scrambled.
@@ -185,7 +204,33 @@ def _scrambled_args() -> list[str]:
             "--levels", "load,smoke,acceptance"]
 
 
-#: The session fixtures (tests/scenarios/conftest.py) by the run each hands out.
-RUN_FIXTURES = {"make_qualify_run": "make-qualify", "dflash_cpu_run": "dflash-cpu", "scrambled_run": "scrambled",
-                "fixture_run": "fixture", "dflash2_scrambled_run": "dflash2-scrambled",
-                "dflash2_scale_run": "dflash2-scale"}
+def _fixture_args(runs: SessionRuns) -> list[str]:
+    return ["--profile", "fixture", "--checkpoint", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"),
+            "--levels", FIXTURE_LEVELS, "--sign-key", str(runs.keys[0])]
+
+
+#: Every shared run, declared once.
+RUNS = (
+    RunSpec("make-qualify", "make_qualify_run",
+            "make qualify's run: ``fixture-dflash2-cpu``, every level, in the vLLM CPU container.", _make_qualify_args),
+    RunSpec("dflash2-wrong-layers", "dflash2_wrong_layers_run",
+            "The DFlash 2 draft configured for the wrong target layers: the load level.",
+            _dflash2_variant("wrong-target-layers-2-3", "load")),
+    RunSpec("dflash2-scrambled", "dflash2_scrambled_run",
+            "The DFlash 2 fixture with its candidate selector's codebooks scrambled: load, smoke, acceptance.",
+            _dflash2_variant("scrambled-selector", "load,smoke,acceptance")),
+    RunSpec("dflash2-scale", "dflash2_scale_run",
+            "The DFlash 2 fixture's MXFP8 conversion with scale bytes off by one: load through paired.",
+            _dflash2_variant("scale-damage", "load,smoke,acceptance,paired")),
+    RunSpec("dflash-cpu", "dflash_cpu_run",
+            "The CPU DFlash (1) fixture through load, smoke and acceptance in the vLLM CPU container.",
+            _dflash_cpu_args),
+    RunSpec("scrambled", "scrambled_run",
+            "The scrambled variant of the CPU DFlash fixture through load, smoke and acceptance in the container.",
+            _scrambled_args),
+    RunSpec("fixture", "fixture_run",
+            "The ``fixture`` profile's run: checkpoint levels, the stand-in's load, local servers' serving levels, "
+            "signed.", _fixture_args),
+)
+#: The session fixtures by the run each hands out.
+RUN_FIXTURES = {spec.fixture: spec.name for spec in RUNS}

@@ -11,73 +11,27 @@ What catches each of the other variants is measured and stated in the profile's 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
 from fixtures import dflash2_cpu
 from qualify.core import Status, Verdict
-from qualify.report.model import Run, read_json
-from tests.helpers import REPO, TRACEBACK
-from tests.live_runs import QualifyRun
+from qualify.profile import load_profile
+from qualify.report.model import Run
+from tests.live_runs import Finished, QualifyRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 
 PROFILE = "fixture-dflash2-cpu"
-#: A guard against a hung run, not a speed claim.
-RUN_GUARD_S = 1800
-GOOD = dflash2_cpu.DEFAULT_OUT
 WRONG_LAYERS = dflash2_cpu.VARIANTS[0]
 
 
-@dataclass(frozen=True)
-class Finished:
-    """A run's exit code, its output, its report and the report's folder (server.log beside it)."""
-
-    code: int
-    output: str
-    run: Run
-    folder: Path
-
-
-def _start(report_dir: Path, *args: str) -> subprocess.Popen[str]:
-    report_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "qualify.cli", "run", "--profile", PROFILE, *args, "--report-dir", str(report_dir)]
-    out = open(report_dir.parent / f"{report_dir.name}.out", "w", encoding="utf-8")  # noqa: SIM115 (the child's)
-    return subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True)
-
-
-def _finish(proc: subprocess.Popen[str], report_dir: Path) -> Finished:
-    try:
-        code = proc.wait(timeout=RUN_GUARD_S)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=120)
-    output = (report_dir.parent / f"{report_dir.name}.out").read_text(encoding="utf-8", errors="replace")
-    assert TRACEBACK not in output, output[-3000:]
-    reports = sorted(report_dir.glob("*/report.json"))
-    assert len(reports) == 1, output[-3000:]
-    return Finished(code, output, read_json(reports[0]), reports[0].parent)
-
-
 @pytest.fixture(scope="module")
-def runs(make_qualify_run: QualifyRun, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Finished]:
-    """make qualify's run (the session's, tests/live_runs.py: this profile on the good draft) and, beside it, the
-    variant's load (its own containers and free ports)."""
-    from fixtures.serving import build
-
-    build()
-    variant = dflash2_cpu.build_variants()[WRONG_LAYERS] / "mxfp8"
-    root = tmp_path_factory.mktemp("dflash2-runs")
-    proc = _start(root / "variant", "--checkpoint", str(variant), "--source", str(GOOD / "source"), "--levels", "load")
+def runs(make_qualify_run: QualifyRun, dflash2_wrong_layers_run: QualifyRun) -> dict[str, Finished]:
+    """make qualify's run (this profile on the good draft) and the wrong-layers variant's load, both the session's
+    (tests/live_runs.py: started as the session starts, each with its own containers and free ports)."""
     good = make_qualify_run.wait()
     assert good.run.profile["name"] == PROFILE
-    return {"good": Finished(good.proc.returncode, good.proc.stdout + good.proc.stderr, good.run, good.path.parent),
-            WRONG_LAYERS: _finish(proc, root / "variant")}
+    return {"good": good, WRONG_LAYERS: dflash2_wrong_layers_run.wait()}
 
 
 def _check(run: Run, check_id: str) -> object:
@@ -145,5 +99,15 @@ def test_scale_bytes_off_by_one_fail_the_paired_level_on_real_vllm(dflash2_scale
     assert run.level("acceptance").status is Status.PASSED, done.proc.stdout[-3000:]
     check = _check(run, "paired.non_inferiority")
     assert check.status is Status.FAILED, done.proc.stdout[-3000:]  # type: ignore[attr-defined]
-    assert "relative to the source draft" in check.evidence.failure_text()  # type: ignore[attr-defined]
+    failure = check.evidence.failure_text()  # type: ignore[attr-defined]
+    # One request at a time and under load (the profile's batched concurrency), each on its own prompts' pairs.
+    for concurrency in _paired_concurrency():
+        assert f"at concurrency {concurrency}, overall: acceptance rate of the candidate relative to the source " \
+               "draft" in failure, failure
     assert run.verdict is Verdict.NOT_QUALIFIED and done.proc.returncode == 1
+
+
+def _paired_concurrency() -> tuple[int, ...]:
+    spec = load_profile(PROFILE).paired
+    assert spec is not None and len(spec.concurrency) > 1
+    return spec.concurrency
