@@ -1,18 +1,15 @@
 """The CPU DFlash fixture on the real vLLM CPU server: the good draft accepted, the damaged variants refused.
 
-Served here, from the session's pool (tests/live_servers.py): the damaged variants nearest the gate
-(:data:`LIVE_VARIANTS`: the wrong-layers pair and the wrong mask token whose acceptance comes closest to
-it), on the serving fixture's target with each MXFP8 draft as its speculator (vLLM's ``dflash`` method,
-the plugin loaded); the acceptance level runs through the suites as a user runs them (``pytest suites
---endpoint``), on two servers at a time, and the report it wrote is read back. The good draft's and the
-scrambled draft's acceptance are read from the session's ``qualify run``s that already serve them in
-the vLLM CPU container (tests/scenarios/conftest.py: make qualify's run, whose checkpoint is the good
-draft, and the scrambled draft's run), not served a second time. The paired level's two servers start
-together with the variants' (four on two cores are ready in about 1.5 times one start).
-
-The other wrong-layers pairs are simulated offline with the fixture's own model code (within 0.03 of
-vLLM's figures wherever both were measured) and must stay below the pair served here; ``make
-test-variants`` serves the good draft and every variant from the pool (QUALIFY_LIVE_VARIANTS=all).
+In every ``make test``: the good draft's and the scrambled draft's acceptance, read from the session's
+``qualify run``s that serve them in the vLLM CPU container (tests/live_runs.py), and a draft vLLM cannot
+load. The DFlash 2 fixture, the released architecture, is what make qualify's run and its damaged
+variants' runs serve (tests/scenarios/test_dflash2_cpu_live.py: wrong layers caught at load, a scrambled
+selector at acceptance, scale damage at the paired level), so the DFlash (1) variants' own servers are
+``make test-variants``' (tests marked ``variants``, left out of ``make test``): every damaged variant served
+from the session's pool (QUALIFY_LIVE_VARIANTS=all) on the serving fixture's target with vLLM's ``dflash``
+method, the acceptance level run through the suites as a user runs them (``pytest suites --endpoint``) two
+servers at a time; the wrong-layers pairs simulated offline with the fixture's own model code (within 0.03
+of vLLM's figures wherever both were measured); and the paired level on a scale-damaged conversion.
 Without the vLLM venv these tests FAIL and name the setup script.
 """
 
@@ -50,9 +47,10 @@ SUITE_TIMEOUT_S = 900
 SUMMARY = os.environ.get("QUALIFY_DFLASH_SUMMARY")
 #: How far the good draft's interval sits above the gate, and every damaged variant's below it.
 GAP = 0.05
-#: The damaged variants served by every test session: the nearest to the gate of each kind, and the scrambled draft.
+#: The wrong-layers pair nearest the gate: every other pair's offline estimate must stay below it.
 NEAREST_LAYERS = "wrong-target-layers-2-3"
-LIVE_VARIANTS = (NEAREST_LAYERS, "wrong-mask-token", "scrambled")
+#: The damaged variant every ``make test`` measures (from the session's scrambled run).
+LIVE_VARIANTS = ("scrambled",)
 #: Every variant served from this module's own servers (make test-variants), the good draft's among them.
 ALL = os.environ.get("QUALIFY_LIVE_VARIANTS") == "all"
 #: The variants measured: LIVE_VARIANTS, or every one with QUALIFY_LIVE_VARIANTS=all (make test-variants).
@@ -125,15 +123,13 @@ def _run_figures(run: Run) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def measured(live_servers: LiveServers, draft_runs: dict[str, QualifyRun], paired_drafts: dict[str, Path],
+def measured(live_servers: LiveServers, draft_runs: dict[str, QualifyRun],
              tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The acceptance level on the good draft and on each damaged variant served: two at a time (one per core) on
     the pool's servers, the rest read from the runs that served them."""
     drafts = _drafts()
-    wanted = {name: Launch(PROFILE, draft, method="dflash") for name, draft in drafts.items()}
-    if not ALL:  # started with the variants' servers; under make test-variants they are not asked for
-        wanted.update({f"paired-{name}": launch for name, launch in _paired_launches(paired_drafts).items()})
-    servers = live_servers.get(wanted)
+    servers = live_servers.get({name: Launch(PROFILE, draft, method="dflash") for name, draft in drafts.items()}) \
+        if drafts else {}
 
     def measure(name: str) -> dict[str, Any]:
         run = _run_acceptance(drafts[name], servers[name].endpoint, tmp_path_factory.mktemp(name))
@@ -204,10 +200,11 @@ def test_no_request_on_a_server_of_its_own_looks_like_another_clients(measured: 
                for r in measured["scrambled"]["per_request"]), "the scrambled draft never sat on the drafts bound"
 
 
-def test_the_variants_not_served_draft_no_better_offline_than_the_nearest_served_one() -> None:
-    """Every wrong-layers pair left out of the live run simulated offline (the fixture's model code, greedy
-    speculative decoding on the acceptance prompts): each below the pair that is served, and far below the gate."""
-    names = [NEAREST_LAYERS, *(n for n in dflash_cpu.WRONG_TARGET_LAYERS if n not in SERVED)]
+@pytest.mark.variants
+def test_no_wrong_layers_pair_drafts_better_offline_than_the_nearest_one() -> None:
+    """Every wrong-layers pair simulated offline (the fixture's model code, greedy speculative decoding on the
+    acceptance prompts): each at or below the pair nearest the gate, and that one far below the gate."""
+    names = [NEAREST_LAYERS, *(n for n in dflash_cpu.WRONG_TARGET_LAYERS if n != NEAREST_LAYERS)]
     cores = len(usable_cores()) or 1
     # One fresh interpreter per core: the simulations share nothing (a forked torch can hang).
     with ProcessPoolExecutor(max(1, cores), mp_context=multiprocessing.get_context("spawn")) as ex:
@@ -251,7 +248,7 @@ PAIRED_SUMMARY = os.environ.get("QUALIFY_DFLASH_PAIRED_SUMMARY")
 def paired_servers(live_servers: LiveServers, paired_drafts: dict[str, Path]) -> dict[str, LiveServer]:
     """Servers of the target with the BF16 source and a scale-damaged copy of the shipped MXFP8 conversion.
 
-    From the session's pool (started with the variants' servers when those were asked for), each with
+    From the session's pool, each with
     vLLM's per-request metrics and the profile's settings (the DFlash proposer, float32), as the run's
     [local_server] starts the source and the checkpoint. The shipped conversion against its source is make
     qualify's own paired level (tests/scenarios/test_qualify_run_live.py).
@@ -288,6 +285,7 @@ def _paired(servers: dict[str, LiveServer], candidate: str) -> tuple[Any, list[A
     return ev, decisions
 
 
+@pytest.mark.variants
 def test_a_scale_damaged_mxfp8_draft_fails_the_paired_gate(paired_servers) -> None:
     """Every 256th scale byte one too high, the folder self-consistent: only serving the draft shows it."""
     ev, _ = _paired(paired_servers, "damaged")
