@@ -1,7 +1,8 @@
 """The vLLM CPU plugin (runtimes/vllm-cpu/plugin) inside the real vLLM CPU venv, in subprocesses.
 
-Each probe runs in a fresh interpreter of vLLM's venv with the plugin folder on
-``PYTHONPATH`` (as a server gets it): the entry point is discovered, vLLM 0.32.0 fails to
+One interpreter of vLLM's venv, with the plugin folder on ``PYTHONPATH`` (as a server gets
+it), imports vLLM once and forks a child per probe, each from the same untouched state: the
+entry point is discovered, vLLM 0.32.0 fails to
 pick an MXFP8 kernel on CPU without the plugin and picks the emulation kernel with it,
 float32 is allowed, the DFlash context K-norm is per layer (the unpatched method is shown
 to be wrong on the same input), DFlash 2 is allowed on the V1 runner (and LiLiCorr still refused),
@@ -17,28 +18,27 @@ import os
 import subprocess
 import tempfile
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from qualify.errors import HarnessError
-from qualify.runtime.companions import usable_cores
 from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.runtime.vllm_cpu_plugin import ACTIVE_LINE, server_env
 
 pytestmark = [pytest.mark.slow]
 
 PROBE_TIMEOUT_S = 300
+#: One forked probe takes well under a second; a child still running after this is killed and its case fails.
+CHILD_TIMEOUT_S = 60
 
 # Printed as one JSON line at the end; everything else the process prints is vLLM's log.
 APPLY = """
 import json, torch
-import importlib.metadata as md
 from vllm.model_executor.kernels.linear import init_mxfp8_linear_kernel
 from vllm.model_executor.layers.quantization.modelopt import ModelOptMxFp8Config
 from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
-out = {"entry_points": [e.value for e in md.entry_points(group="vllm.general_plugins")]}
+out = {}
 try:
     out["kernel_before"] = type(init_mxfp8_linear_kernel(weight_shape=(64, 64))).__name__
 except ValueError as exc:
@@ -187,28 +187,120 @@ REFUSALS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _probe(code: str) -> tuple[dict[str, Any], str]:
+#: Every module the probes import (their setups, the plugin's register()), imported once by the host.
+PRELOAD = (
+    "torch", "vllm", "vllm.platforms", "vllm.platforms.interface", "vllm.logger", "vllm._custom_ops",
+    "vllm.config.vllm", "vllm.model_executor.kernels.linear", "vllm.model_executor.kernels.linear.mxfp8.emulation",
+    "vllm.model_executor.layers.quantization.modelopt", "vllm.model_executor.models.qwen3_dflash",
+    "vllm.model_executor.models.qwen3_dflash2", "vllm.v1.spec_decode.llm_base_proposer",
+    "vllm.v1.spec_decode.dflash", "qualify_vllm_cpu", "qualify_vllm_cpu.dflash2", "qualify_vllm_cpu.candidate_walk",
+)
+
+# The host: one interpreter pays vLLM's import (~7 s, single-threaded) once, then runs each probe in a
+# child it forks and waits for, one at a time. Each probe breaks vLLM differently or registers the plugin,
+# so each must start from vLLM untouched and unregistered, as a fresh interpreter would: the host itself
+# never changes vLLM nor calls register(), and what a child changes stays in its own copy of the memory,
+# gone when it exits. The child's stdout and stderr go to a file of its own; a child that crashes, prints
+# no RESULT line or outlives CHILD_TIMEOUT_S fails its case with that output. The host calls no torch op
+# itself and starts with OMP_NUM_THREADS=1 (see _host); it refuses to fork while running more than one thread.
+# The entry points are read first, before anything is imported: what a fresh interpreter discovers.
+HOST = """
+import importlib, importlib.metadata as md, json, os, sys, tempfile, time, traceback
+entry_points = [e.value for e in md.entry_points(group="vllm.general_plugins")]
+request = json.loads(sys.stdin.read())
+for module in request["preload"]:
+    importlib.import_module(module)
+importlib.import_module("vllm.platforms").current_platform  # resolved once here, as each probe would resolve it
+threads = len(os.listdir("/proc/self/task"))
+if threads != 1:
+    sys.exit(f"the host runs {threads} threads before forking; a forked child could deadlock on them")
+probes = {}
+for name, code in request["probes"].items():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as log:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                sys.stdout.reconfigure(line_buffering=True)
+                sys.stderr.reconfigure(line_buffering=True)
+                exec(compile(code, f"<probe {name}>", "exec"), {"__name__": "__main__"})
+                status = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(status)
+        deadline = time.monotonic() + request["timeout_s"]
+        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0]:
+            returncode = os.waitstatus_to_exitcode(done[1])
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            returncode = f"killed after {request['timeout_s']} s"
+        log.seek(0)
+        probes[name] = {"returncode": returncode, "output": log.read().decode(errors="replace")}
+print("HOST " + json.dumps({"entry_points": entry_points, "probes": probes}))
+"""
+
+
+def _host(probes: dict[str, str]) -> dict[str, Any]:
+    """Run ``probes`` (name: code) in children of one vLLM interpreter; its entry points and each one's outcome."""
     try:
         python = find_vllm_python()
     except HarnessError as exc:
         pytest.fail(f"{exc} ({exc.hint})", pytrace=False)
-    env = {**os.environ, **server_env(), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, **server_env(), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
+           # No OpenMP worker threads in the host: importing vLLM runs a parallel op, and libgomp's pool
+           # does not survive a fork (a child's first parallel op would wait on it forever).
+           "OMP_NUM_THREADS": "1"}
+    request = {"preload": PRELOAD, "probes": probes, "timeout_s": CHILD_TIMEOUT_S}
     # From a folder of no package: `python -c` puts its working folder first on sys.path, where a test
     # package named like a standard module (tests/profile/) would shadow it.
-    proc = subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=PROBE_TIMEOUT_S, cwd=tempfile.gettempdir())
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"probe failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1].removeprefix("RESULT ")), proc.stdout + proc.stderr
+    proc = subprocess.run([str(python), "-c", textwrap.dedent(HOST)], input=json.dumps(request), capture_output=True,
+                          text=True, env=env, timeout=PROBE_TIMEOUT_S + CHILD_TIMEOUT_S * len(probes),
+                          cwd=tempfile.gettempdir())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("HOST ")]
+    assert proc.returncode == 0 and lines, (
+        f"probe host failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1].removeprefix("HOST "))
+
+
+def _outcome(host: dict[str, Any], name: str) -> tuple[dict[str, Any] | None, str]:
+    """The RESULT probe ``name`` printed last (None if it exited non-zero or printed none), and its output."""
+    probe = host["probes"][name]
+    lines = [line for line in probe["output"].splitlines() if line.startswith("RESULT ")]
+    result = json.loads(lines[-1].removeprefix("RESULT ")) if probe["returncode"] == 0 and lines else None
+    return result, f"probe {name} failed ({probe['returncode']}):\n{probe['output'][-6000:]}"
+
+
+def _succeeded(host: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
+    result, failure = _outcome(host, name)
+    assert result is not None, failure
+    return result, host["probes"][name]["output"]
 
 
 @pytest.fixture(scope="module")
-def applied() -> tuple[dict[str, Any], str]:
-    return _probe(APPLY)
+def host() -> dict[str, Any]:
+    return _host({"apply": APPLY, "dflash2": DFLASH2,
+                  **{f"refuse {name}": REFUSE.format(setup=setup) for name, (setup, _) in REFUSALS.items()}})
 
 
-def test_entry_point_is_discovered_from_pythonpath(applied: tuple[dict[str, Any], str]) -> None:
-    assert "qualify_vllm_cpu:register" in applied[0]["entry_points"]
+@pytest.fixture(scope="module")
+def applied(host: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    return _succeeded(host, "apply")
+
+
+def test_entry_point_is_discovered_from_pythonpath(host: dict[str, Any]) -> None:
+    assert "qualify_vllm_cpu:register" in host["entry_points"]
 
 
 def test_mxfp8_kernel_missing_on_cpu_without_plugin_emulation_with_it(applied: tuple[dict[str, Any], str]) -> None:
@@ -241,8 +333,8 @@ def test_register_is_idempotent_and_logs_what_it_changed(applied: tuple[dict[str
 
 
 @pytest.fixture(scope="module")
-def dflash2() -> dict[str, Any]:
-    return _probe(DFLASH2)[0]
+def dflash2(host: dict[str, Any]) -> dict[str, Any]:
+    return _succeeded(host, "dflash2")[0]
 
 
 def test_dflash2_alone_is_allowed_on_the_v1_runner(dflash2: dict[str, Any]) -> None:
@@ -268,19 +360,11 @@ def test_dflash_proposer_drafts_dflash_as_before(dflash2: dict[str, Any]) -> Non
     assert dflash2["dflash"] == {"equal_greedy": True, "probs": None}
 
 
-@pytest.fixture(scope="module")
-def refusals() -> dict[str, str | None]:
-    # One interpreter per case: each breaks vLLM differently. They share nothing, so they run one per core
-    # (each is mostly the single-threaded import of vLLM).
-    cores = len(usable_cores()) or 1
-    with ThreadPoolExecutor(max(1, cores)) as ex:
-        futures = {name: ex.submit(_probe, REFUSE.format(setup=setup)) for name, (setup, _) in REFUSALS.items()}
-        return {name: f.result()[0]["error"] for name, f in futures.items()}
-
-
 @pytest.mark.parametrize("case", sorted(REFUSALS))
-def test_refuses_by_name_when_an_internal_moved(refusals: dict[str, str | None], case: str) -> None:
-    error = refusals[case]
+def test_refuses_by_name_when_an_internal_moved(host: dict[str, Any], case: str) -> None:
+    result, failure = _outcome(host, f"refuse {case}")
+    assert result is not None, failure
+    error = result["error"]
     assert error is not None, f"{case}: the plugin registered although the internal moved"
     for words in REFUSALS[case][1]:
         assert words in error, f"{case}: {words!r} not in {error!r}"
