@@ -27,14 +27,20 @@ def docker_client(timeout: float = 120) -> Any:
     return client
 
 
+def _containers(client: Any, label: str) -> list[Any]:
+    # Another run on this engine creates and removes its containers while the list is read: one listed and
+    # gone (or not yet inspectable) a moment later is not in the list, never a NotFound that ends this run.
+    return client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+
+
 def run_containers(client: Any, run_id: str) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    return _containers(client, f"{LABEL_RUN}={run_id}")
 
 
 def cleanup_leftovers(client: Any) -> list[str]:
     """Remove harness containers whose owning process is dead (a run killed with SIGKILL); their names."""
     removed = []
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL_HARNESS}={HARNESS}"}):
+    for c in _containers(client, f"{LABEL_HARNESS}={HARNESS}"):
         owner = (c.labels or {}).get(LABEL_OWNER, "")
         if owner_alive(owner) is False:
             with contextlib.suppress(Exception):  # removed meanwhile by its own run's teardown

@@ -282,6 +282,32 @@ def test_leftovers_of_dead_runs_are_removed_and_live_ones_kept(docker_client: An
 
 
 @pytest.mark.docker
+def test_a_container_listed_and_gone_before_it_is_read_ends_no_run(docker_client: Any, standin: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs side by side on one engine: another run's container is in the engine's list, then gone (or not yet
+    readable) when this run reads it. Seen when seven runs started together: the launch ended with NotFound."""
+    import docker
+
+    live = docker_client.containers.create(standin, labels={
+        labels.LABEL_HARNESS: labels.HARNESS, labels.LABEL_RUN: f"test-live-{uuid.uuid4().hex[:6]}",
+        labels.LABEL_OWNER: labels.owner_id()})
+    real = docker_client.api.containers
+
+    def listed_then_gone(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        return [{"Id": "0" * 64}, *real(*args, **kwargs)]  # the first is no container the engine knows
+
+    monkeypatch.setattr(docker_client.api, "containers", listed_then_gone)
+    try:
+        with pytest.raises(docker.errors.NotFound):  # what the SDK does by default: the race this guards
+            docker_client.containers.list(all=True)
+        assert engine.cleanup_leftovers(docker_client) == []
+        assert [x.id for x in engine.run_containers(docker_client, live.labels[labels.LABEL_RUN])] == [live.id]
+    finally:
+        monkeypatch.undo()
+        live.remove(force=True)
+
+
+@pytest.mark.docker
 def test_tokens_never_reach_the_log_or_the_evidence(docker_client: Any, standin: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
