@@ -515,7 +515,7 @@ def _stopped_with(monkeypatch: pytest.MonkeyPatch, refusals: int) -> Any:
     gone: set[str] = set()
     box = _Refusing("qualify-x", refusals, gone)
     client = SimpleNamespace(containers=SimpleNamespace(
-        list=lambda all, filters: [] if box.name in gone else [box]))
+        list=lambda all, filters, ignore_removed: [] if box.name in gone else [box]))
     monkeypatch.setattr(c.time, "sleep", lambda s: None)
     plan = plans.build_plan(load_profile("fixture"), run_id="test-remove", draft_revision=CANDIDATE)
     return c.RuntimeContainer(client, plan).stop()
