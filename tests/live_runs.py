@@ -2,8 +2,8 @@
 
 They are the longest steps of a session: make qualify's own (the CPU DFlash 2 fixture, profile
 ``fixture-dflash2-cpu``, through every level in the vLLM CPU container, its five arms one after another),
-the damaged DFlash 2 variants', the CPU DFlash (1) fixture's and its scrambled variant's in the same
-container, and the ``fixture`` profile's with its local vLLM servers. Each is mostly one core's work (a
+the damaged DFlash 2 variants', the CPU DFlash (1) fixture's in the same container, and the ``fixture``
+profile's with its local vLLM servers. Each is mostly one core's work (a
 server start is mostly single-threaded imports, and a run starts its servers one at a time), so they all
 start in the background as the session starts (tests/conftest.py), while the unit tests, which use one
 core, run beside them; a test waits only for the run it reads. :data:`RUNS` declares each run once: its
@@ -195,15 +195,6 @@ def _dflash_cpu_args(_: SessionRuns) -> list[str]:
             str(CPU_FIXTURE / "source"), "--levels", "load,smoke,acceptance"]
 
 
-def _scrambled_args(_: SessionRuns) -> list[str]:
-    from fixtures.dflash_cpu import build_variants
-
-    # Converted by the reference converter, with its manifest: values and statistics unchanged, rows scrambled.
-    scrambled = build_variants()["scrambled"] / "mxfp8"
-    return ["--profile", "fixture-dflash-cpu", "--checkpoint", str(scrambled), "--source", str(CPU_FIXTURE / "source"),
-            "--levels", "load,smoke,acceptance"]
-
-
 def _fixture_args(runs: SessionRuns) -> list[str]:
     return ["--profile", "fixture", "--checkpoint", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"),
             "--levels", FIXTURE_LEVELS, "--sign-key", str(runs.keys[0])]
@@ -225,9 +216,6 @@ RUNS = (
     RunSpec("dflash-cpu", "dflash_cpu_run",
             "The CPU DFlash (1) fixture through load, smoke and acceptance in the vLLM CPU container.",
             _dflash_cpu_args),
-    RunSpec("scrambled", "scrambled_run",
-            "The scrambled variant of the CPU DFlash fixture through load, smoke and acceptance in the container.",
-            _scrambled_args),
     RunSpec("fixture", "fixture_run",
             "The ``fixture`` profile's run: checkpoint levels, the stand-in's load, local servers' serving levels, "
             "signed.", _fixture_args),

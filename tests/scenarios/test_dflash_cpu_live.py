@@ -1,15 +1,15 @@
 """The CPU DFlash fixture on the real vLLM CPU server: the good draft accepted, the damaged variants refused.
 
-In every ``make test``: the good draft's and the scrambled draft's acceptance, read from the session's
-``qualify run``s that serve them in the vLLM CPU container (tests/live_runs.py), and a draft vLLM cannot
-load. The DFlash 2 fixture, the released architecture, is what make qualify's run and its damaged
-variants' runs serve (tests/scenarios/test_dflash2_cpu_live.py: wrong layers caught at load, a scrambled
-selector at acceptance, scale damage at the paired level), so the DFlash (1) variants' own servers are
-``make test-variants``' (tests marked ``variants``, left out of ``make test``): every damaged variant served
-from the session's pool (QUALIFY_LIVE_VARIANTS=all) on the serving fixture's target with vLLM's ``dflash``
-method, the acceptance level run through the suites as a user runs them (``pytest suites --endpoint``) two
-servers at a time; the wrong-layers pairs simulated offline with the fixture's own model code (within 0.03
-of vLLM's figures wherever both were measured); and the paired level on a scale-damaged conversion.
+In every ``make test``: the good draft's acceptance, read from the session's ``qualify run`` that serves
+it in the vLLM CPU container (tests/live_runs.py), and a draft vLLM cannot load. The DFlash 2 fixture, the
+released architecture, is what make qualify's run and its damaged variants' runs serve
+(tests/scenarios/test_dflash2_cpu_live.py: wrong layers caught at load, a scrambled selector at acceptance,
+scale damage at the paired level), so the DFlash (1) variants' own servers are ``make test-variants``'
+(tests marked ``variants``, left out of ``make test``): every damaged variant served from the session's
+pool (QUALIFY_LIVE_VARIANTS=all) on the serving fixture's target with vLLM's ``dflash`` method, the
+acceptance level run through the suites as a user runs them (``pytest suites --endpoint``) two servers at a
+time; the wrong-layers pairs simulated offline with the fixture's own model code (within 0.03 of vLLM's
+figures wherever both were measured); and the paired level on a scale-damaged conversion.
 Without the vLLM venv these tests FAIL and name the setup script.
 """
 
@@ -49,20 +49,22 @@ SUMMARY = os.environ.get("QUALIFY_DFLASH_SUMMARY")
 GAP = 0.05
 #: The wrong-layers pair nearest the gate: every other pair's offline estimate must stay below it.
 NEAREST_LAYERS = "wrong-target-layers-2-3"
-#: The damaged variant every ``make test`` measures (from the session's scrambled run).
+#: The damaged variant served when only this module's ``variants`` tests ask (plain ``pytest tests``).
 LIVE_VARIANTS = ("scrambled",)
 #: Every variant served from this module's own servers (make test-variants), the good draft's among them.
 ALL = os.environ.get("QUALIFY_LIVE_VARIANTS") == "all"
 #: The variants measured: LIVE_VARIANTS, or every one with QUALIFY_LIVE_VARIANTS=all (make test-variants).
 SERVED = dflash_cpu.VARIANTS if ALL else LIVE_VARIANTS
 #: The drafts whose acceptance a session's ``qualify run`` measures in the vLLM CPU container (read from its report).
-FROM_RUNS = () if ALL else ("good", "scrambled")
+FROM_RUNS = () if ALL else ("good",)
 
 
-def _drafts() -> dict[str, Path]:
-    """The drafts measured on the pool's servers."""
+def _drafts(session: pytest.Session) -> dict[str, Path]:
+    """The drafts measured on the pool's servers: the variants only when a ``variants`` test of this module runs."""
     variants = dflash_cpu.build_variants()
-    drafts = {"good": dflash_cpu.DEFAULT_OUT / "mxfp8", **{k: variants[k] / "mxfp8" for k in SERVED}}
+    wanted = SERVED if any(item.path == Path(__file__) and item.get_closest_marker("variants")
+                           for item in session.items) else ()
+    drafts = {"good": dflash_cpu.DEFAULT_OUT / "mxfp8", **{k: variants[k] / "mxfp8" for k in wanted}}
     return {name: path for name, path in drafts.items() if name not in FROM_RUNS}
 
 
@@ -94,9 +96,9 @@ if ALL:
         return {}
 else:
     @pytest.fixture(scope="module")
-    def draft_runs(dflash_cpu_run: QualifyRun, scrambled_run: QualifyRun) -> dict[str, QualifyRun]:
-        """The runs serving the good and the scrambled draft, started: they go on while this module's servers start."""
-        return {"good": dflash_cpu_run, "scrambled": scrambled_run}
+    def draft_runs(dflash_cpu_run: QualifyRun) -> dict[str, QualifyRun]:
+        """The run serving the good draft, started: it goes on while this module's servers start."""
+        return {"good": dflash_cpu_run}
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +126,10 @@ def _run_figures(run: Run) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def measured(live_servers: LiveServers, draft_runs: dict[str, QualifyRun],
-             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+             tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict[str, Any]:
     """The acceptance level on the good draft and on each damaged variant served: two at a time (one per core) on
     the pool's servers, the rest read from the runs that served them."""
-    drafts = _drafts()
+    drafts = _drafts(request.session)
     servers = live_servers.get({name: Launch(PROFILE, draft, method="dflash") for name, draft in drafts.items()}) \
         if drafts else {}
 
@@ -163,6 +165,7 @@ def test_the_good_draft_passes_acceptance_with_real_acceptance(measured: dict[st
     assert good["plugin_active"]
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("name", SERVED)
 def test_every_served_damaged_variant_fails_acceptance(measured: dict[str, Any], name: str) -> None:
     figures = measured[name]
@@ -175,18 +178,20 @@ def test_every_served_damaged_variant_fails_acceptance(measured: dict[str, Any],
     assert figures["counter_totals"]["draft_tokens"] > 0  # it did speculate: the failure is the acceptance
 
 
+@pytest.mark.variants
 def test_a_scrambled_draft_is_accepted_far_less_than_the_good_one(measured: dict[str, Any]) -> None:
+    """Far less, and sitting on the drafts bound of qualify.serving.counters.RequestBound, which is exact for a draft
+    nothing of which is accepted."""
     good, scrambled = measured["good"]["acceptance_rate"], measured["scrambled"]["acceptance_rate"]
     assert scrambled["high"] < good["low"] and scrambled["estimate"] < 0.25 * good["estimate"]
+    assert any(RequestBound(r["completion_tokens"], 7).max_drafts == r["drafts"]
+               for r in measured["scrambled"]["per_request"]), "the scrambled draft never sat on the drafts bound"
 
 
 def test_no_request_on_a_server_of_its_own_looks_like_another_clients(measured: dict[str, Any]) -> None:
-    """No false alarm from qualify.serving.counters.RequestBound: every prompt of every draft is a sample,
-    within its bound.
-
-    The drafts bound is exact for a draft nothing of which is accepted (the scrambled one sits on it), and
-    drafts + accepted tokens is the answer's tokens after the first plus those cut at its end.
-    """
+    """No false alarm from qualify.serving.counters.RequestBound: every prompt of every draft measured is a
+    sample, within its bound (drafts + accepted tokens is the answer's tokens after the first plus those cut
+    at its end)."""
     for name, figures in measured.items():
         assert "another client" not in figures["failure"], (name, figures["failure"])
         k = len(figures["position_acceptance_rates"])
@@ -196,8 +201,6 @@ def test_no_request_on_a_server_of_its_own_looks_like_another_clients(measured: 
             bound = RequestBound(r["completion_tokens"], k)
             assert bound.excess(CounterDelta(r["drafts"], r["draft_tokens"], r["accepted_tokens"],
                                                 tuple(r["accepted_per_pos"]))) is None, (name, r)
-    assert any(RequestBound(r["completion_tokens"], 7).max_drafts == r["drafts"]
-               for r in measured["scrambled"]["per_request"]), "the scrambled draft never sat on the drafts bound"
 
 
 @pytest.mark.variants

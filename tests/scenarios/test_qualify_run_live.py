@@ -184,12 +184,12 @@ def test_make_qualify_serves_every_serving_level_from_the_load_levels_container(
     assert f"in container `{container['name']}`" in md
 
 
-def test_a_damaged_checkpoint_fails_acceptance_on_the_load_levels_container(scrambled_run: QualifyRun) -> None:
-    """Scrambled rows (values and statistics unchanged) load, serve and draft, and fail acceptance there."""
-    from fixtures.dflash_cpu import build_variants
+def test_a_damaged_checkpoint_fails_acceptance_on_the_load_levels_container(dflash2_scrambled_run: QualifyRun) -> None:
+    """A scrambled candidate selector (the file self-consistent) loads, serves and drafts; acceptance fails it."""
+    from fixtures.dflash2_cpu import build_variants
 
-    scrambled = build_variants()["scrambled"] / "mxfp8"  # the folder the run was given (built already)
-    done = scrambled_run.wait()
+    scrambled = build_variants()["scrambled-selector"] / "mxfp8"  # the folder the run was given (built already)
+    done = dflash2_scrambled_run.wait()
     proc, run = done.proc, done.run
     assert run.level("load").status is Status.PASSED and run.level("smoke").status is Status.PASSED, proc.stdout
     assert run.level("acceptance").status is Status.FAILED and run.verdict is Verdict.NOT_QUALIFIED
