@@ -69,11 +69,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
              and not (item.get_closest_marker("slow") and item.get_closest_marker("serving"))]
     if wrong:
         raise pytest.UsageError("tests that use live vLLM servers must be marked slow and serving: " + ", ".join(wrong))
-    # The modules that read the shared runs go last, each whole and in its order: the runs started with the
-    # session, and every other test runs beside them instead of after a reader that waits for one.
+    # Each module whole and in its order, three groups: those that serve from the pool first (their servers
+    # start beside the shared runs, which start with the session), the rest, and the modules that read the
+    # shared runs last (by then the runs are done): the one-core unit tests fill what the servers leave.
     readers = {item.path for item in items if RUN_FIXTURES.keys() & set(getattr(item, "fixturenames", ()))}
-    items[:] = [i for i in items if i.path not in readers] + [i for i in items if i.path in readers]
-    users = [item.nodeid for item in items if "live_servers" in getattr(item, "fixturenames", ())]
+    pooled = {item.path for item in items if "live_servers" in getattr(item, "fixturenames", ())} - readers
+    items[:] = ([i for i in items if i.path in pooled] + [i for i in items if i.path not in pooled | readers]
+                + [i for i in items if i.path in readers])
+    # A reader that asks the pool again (make test-variants) starts what it needs anew.
+    users = [item.nodeid for item in items
+             if item.path in pooled and "live_servers" in getattr(item, "fixturenames", ())]
     if users:
         config.stash[LAST_USER] = users[-1]
 
