@@ -166,8 +166,7 @@ class SessionRuns:
 
 def needed(items: Iterable[pytest.Item]) -> set[str]:
     """The shared runs the collected tests read (through the fixtures :data:`RUNS` names)."""
-    by_fixture = {spec.fixture: spec.name for spec in RUNS}
-    return {by_fixture[f] for item in items for f in getattr(item, "fixturenames", ()) if f in by_fixture}
+    return {RUN_FIXTURES[f] for item in items for f in getattr(item, "fixturenames", ()) if f in RUN_FIXTURES}
 
 
 def _mkdir(path: Path) -> Path:
