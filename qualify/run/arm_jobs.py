@@ -44,8 +44,8 @@ def arm_jobs(profile: Profile, levels: Collection[str]) -> list[ArmJob]:
     model = profile.served_model_name
     jobs: list[ArmJob] = []
     # Read (and verified against their digests) once, for every level that sends them.
-    sends_sets = profile.paired is not None and not {"paired", "speedup"}.isdisjoint(levels)
-    sets = pm.load_sets(profile.paired) if sends_sets and profile.paired is not None else None
+    sets = (pm.load_sets(profile.paired)
+            if profile.paired is not None and not {"paired", "speedup"}.isdisjoint(levels) else None)
     if "paired" in levels and profile.paired is not None and sets is not None:
         spec, req = profile.paired, paired_request(profile)
 
