@@ -80,3 +80,60 @@ def test_make_gate_passes_each_input_as_one_argument_and_runs_nothing(venv: Path
     assert proc.returncode == 0, proc.stderr
     assert not MARKER.exists()
     assert argv[argv.index("--attestation") + 1] == value and argv[argv.index("--revision") + 1] == value
+
+
+def _variables_make_reads() -> set[str]:
+    """Every variable a user may set on make's command line or in its environment: those given a default with
+    ``?=`` (the Makefile's own derived values are set with ``:=`` and cannot be set from outside by design)."""
+    text = (REPO / "Makefile").read_text()
+    return {line.split("?=")[0].strip() for line in text.splitlines() if "?=" in line and not line.startswith("\t")}
+
+
+def test_the_variables_tested_are_every_one_make_reads() -> None:
+    assert _variables_make_reads() == set(EVERY_INPUT)
+
+
+EVERY_INPUT = ["PYTHON", "VENV", "BENCH_FIXTURE", "PROFILE", "REPORTS", "LEVELS", "DRAFT_REVISION", "QUALIFY_ARGS",
+               "SIGN_KEY", "VERIFY_KEY", "ATTESTATION", "REVISION", "REQUIRE", "MUTANTS", "CHECKPOINT", "SOURCE"]
+# Every target a user or CI names; `make -n` expands each one's recipe without running it, so what make itself
+# evaluates (conditionals, target names, recipe text) is all that can act.
+TARGETS = ["qualify", "gate", "test", "test-variants", "test-fast", "lint", "lock", "reliability", "mutation",
+           "fixtures", "fixtures-full", "bench", "venv", "clean-venv", "local-runtimes"]
+
+
+@pytest.mark.parametrize("where", ["command line", "environment"])
+@pytest.mark.parametrize("name", EVERY_INPUT)
+def test_no_input_is_evaluated_by_make_even_dry(tmp_path: Path, name: str, where: str) -> None:
+    marker = tmp_path / "evaluated"
+    value = f"$(shell touch {marker})"
+    args = ["make", "-n", "-k", *TARGETS] + ([f"{name}={value}"] if where == "command line" else [])
+    env = {**os.environ, **({name: value} if where == "environment" else {})}
+    subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert not marker.exists(), f"make evaluated {name} given in the {where}"
+
+
+def test_a_python_whose_path_holds_shell_syntax_is_that_path(tmp_path: Path) -> None:
+    """PYTHON reaches the shell as data: the interpreter at that exact path makes the venv, nothing in it runs."""
+    marker = "qualify-make-injected-tool"
+    (REPO / marker).unlink(missing_ok=True)
+    odd = tmp_path / f"v;touch {marker};`touch {marker}`$(touch {marker}) x"
+    odd.mkdir()
+    python = odd / "python3"
+    python.write_text(RECORDER)
+    python.chmod(0o755)
+    recorded = tmp_path / "argv"
+    venv = tmp_path / "venv"  # no stamp: the venv recipe runs and calls PYTHON
+    proc = subprocess.run(["make", "-s", "venv", f"VENV={venv}", f"PYTHON={python}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "RECORDED": str(recorded)})
+    assert not (REPO / marker).exists(), f"PYTHON={str(python)!r} ran"
+    assert recorded.read_text().split("\0")[:-1] == ["-m", "venv", str(venv)], proc.stderr
+
+
+@pytest.mark.parametrize("value", ["v;touch x", "a venv", "$(shell touch x)", "v:w", "v#x", "v`x`"])
+def test_a_venv_folder_make_cannot_name_is_refused_before_anything_runs(tmp_path: Path, value: str) -> None:
+    """The venv's folder is a make target (its stamp), where make's syntax cannot be quoted: refused, named."""
+    proc = subprocess.run(["make", "lint", f"VENV={value}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert f"VENV must be one path of letters, digits and _ . / - + @ ~ (it names a make target); got '{value}'" \
+        in proc.stderr
+    assert not (REPO / "x").exists()
