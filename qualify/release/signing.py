@@ -44,6 +44,14 @@ def key_fingerprint(public_key: Any) -> str:
     return str(SSlibKey.from_crypto(public_key).keyid)
 
 
+def _require_one_pem_block(data: bytes, path: Path, what: str) -> None:
+    # cryptography loads the first PEM block and ignores the rest: a file holding two keys would be checked
+    # with one of them while a reader of the file may take it for the other.
+    blocks = data.count(b"-----BEGIN ")
+    if blocks > 1:
+        raise SigningKeyError(f"{path}: {blocks} PEM blocks; the {what} file must hold exactly one key")
+
+
 def _require_p256(key: Any, path: Path, what: str) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -80,6 +88,7 @@ def load_signing_key(path: Path, password: str | None = None) -> SigningKey:
         data = path.read_bytes()
     except OSError as exc:
         raise SigningKeyError(f"{path}: cannot read the signing key: {exc.strerror or exc}") from None
+    _require_one_pem_block(data, path, "signing key")
     try:
         key = serialization.load_pem_private_key(data, password=password.encode() if password else None)
     except TypeError:
@@ -108,6 +117,7 @@ def load_verify_key(path: Path) -> Any:
         raise SigningKeyError(f"{path}: cannot read the verify key: {exc.strerror or exc}") from None
     if b"PRIVATE KEY" in data:
         raise SigningKeyError(f"{path}: a private key; the gate takes the public key only (openssl ec -pubout)")
+    _require_one_pem_block(data, path, "verify key")
     try:
         key = serialization.load_pem_public_key(data)
     except ValueError:

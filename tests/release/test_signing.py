@@ -51,6 +51,22 @@ def test_keys_that_cannot_be_used_are_named(tmp_path):
     assert len(sig.load_signing_key(locked, "s3cret-passphrase").fingerprint) == 64
 
 
+def test_a_key_file_holding_two_keys_is_refused(tmp_path):
+    """cryptography loads a file's first PEM block and ignores the rest: a verify-key file of two public keys
+    would verify with the first while its reader may believe the second. One key a file, or refused."""
+    priv_a, pub_a = write_key(tmp_path, "a")
+    priv_b, pub_b = write_key(tmp_path, "b")
+    both_pub = tmp_path / "both.pub.pem"
+    both_pub.write_bytes(pub_a.read_bytes() + pub_b.read_bytes())
+    both_priv = tmp_path / "both.pem"
+    both_priv.write_bytes(priv_b.read_bytes() + priv_a.read_bytes())
+    with pytest.raises(SigningKeyError, match="2 PEM blocks; the verify key file must hold exactly one key"):
+        sig.load_verify_key(both_pub)
+    with pytest.raises(SigningKeyError, match="2 PEM blocks; the signing key file must hold exactly one key"):
+        sig.load_signing_key(both_priv)
+    assert sig.key_fingerprint(sig.load_verify_key(pub_a)) != sig.key_fingerprint(sig.load_verify_key(pub_b))
+
+
 def test_the_key_file_may_come_from_the_environment():
     assert sig.signing_key_from_env({sig.SIGN_KEY_ENV: " /secrets/release.pem "}) == Path("/secrets/release.pem")
     assert sig.signing_key_from_env({sig.SIGN_KEY_ENV: ""}) is None
