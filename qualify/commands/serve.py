@@ -127,7 +127,8 @@ def _serve(args: argparse.Namespace, profile: object, plan: object) -> int:
             readiness = rt.wait_ready()
             record["readiness"] = readiness.to_dict()
             _say(f"  ready after {readiness.ready_s:.1f} s: serving {plan.served_model_name!r} at {plan.endpoint}")
-            evidence = check_log_evidence(rt.logs_text(), profile, "load", log_name="server.log")  # type: ignore
+            evidence = check_log_evidence(rt.logs_text(), profile, "load", log_name="server.log",  # type: ignore
+                                          draft_folder=args.checkpoint)
             record["load_evidence"] = evidence.to_dict()
             _say(("  load evidence: " + evidence.summary) if evidence.ok else evidence.failure_text())
             if args.exit_when_ready:

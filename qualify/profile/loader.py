@@ -208,8 +208,15 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
         except re.error as exc:
             out.append(f"{at}.pattern: not a valid Python regex: {exc}")
             continue
-        if "expected_gb" in item and _GB_GROUP not in compiled.groupindex:
-            out.append(f"{at}.pattern: has expected_gb but no (?P<{_GB_GROUP}>...) group to read it from")
+        for key in ("expected_gb", "checkpoint_size"):
+            if key in item and _GB_GROUP not in compiled.groupindex:
+                out.append(f"{at}.pattern: has {key} but no (?P<{_GB_GROUP}>...) group to read it from")
+        if "expected_gb" in item and "checkpoint_size" in item:
+            out.append(f"{at}: has both expected_gb and checkpoint_size; the size is judged against one of them")
+        if "unverified" in item and ("expected_gb" in item or "checkpoint_size" in item):
+            # An unverified line is reported when seen, never required: a size judged on it would require it.
+            out.append(f"{at}: is unverified (no source at hand prints its line), so it is never required, but "
+                       "it states a size to judge; bind it to its source or drop the size")
         if "after" in item:
             try:
                 re.compile(item["after"]["pattern"])
@@ -232,14 +239,17 @@ def _consistency_errors(data: dict[str, Any]) -> list[str]:
     both = [lv for lv in data["levels"].get("measured", []) if lv in required]
     if both:
         out.append(f"$.levels.measured: {', '.join(both)} also required; a level is either required or only measured")
+    # Only an item bound to its source is required (an unverified one is reported when seen), so only those count.
+    verified = [e for e in data.get("evidence", []) if "unverified" not in e]
     for level in ("load", "smoke"):
-        if level in required and not any(e["level"] == level for e in data.get("evidence", [])):
-            out.append(f"$.evidence: level {level!r} is required but no evidence item has level {level!r}")
-    loads = [e for e in data.get("evidence", []) if e["level"] == "load"]
-    if loads and not any("draft" in e for e in loads):
+        if level in required and not any(e["level"] == level for e in verified):
+            out.append(f"$.evidence: level {level!r} is required but no evidence item bound to its source has level "
+                       f"{level!r} (an unverified item is never required)")
+    loads = [e for e in verified if e["level"] == "load"]
+    if any(e["level"] == "load" for e in data.get("evidence", [])) and not any("draft" in e for e in loads):
         # A line the target alone can print shows nothing of the draft: one must say why it is the draft's.
-        out.append("$.evidence: no load evidence item states why it is the draft's (draft = ...): nothing would "
-                   "show that the draft loaded")
+        out.append("$.evidence: no load evidence item states why it is the draft's (draft = ...) among those bound "
+                   "to their source: nothing would show that the draft loaded")
     for level, why in stand_in_levels(data).items():
         if level in required:
             out.append(f"$.levels.required: {level} runs on {why}: it shows the harness's plumbing, never that a "

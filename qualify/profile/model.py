@@ -114,7 +114,8 @@ class Profile:
                          float(e["tolerance_gb"]) if "tolerance_gb" in e else None,
                          source=source(e.get("source")), unverified=e.get("unverified"),
                          after_pattern=(e.get("after") or {}).get("pattern"), after_source=source(e.get("after")),
-                         draft=e.get("draft"))
+                         draft=e.get("draft"), checkpoint_size=bool(e.get("checkpoint_size", False)),
+                         card_size=e.get("card_size"))
             for e in self.data.get("evidence", [])
         )
 

@@ -202,6 +202,16 @@ class EvidenceSpec:
     after_pattern: str | None = None  # searched for only after the first line this matches
     after_source: EvidenceSource | None = None
     draft: str | None = None  # why only the draft's load prints it; None: it does not show the draft
+    # The ``gb`` group is compared with the pinned draft's own weight bytes as vLLM sizes and prints them
+    # (qualify.checkpoint.vllm_size), never with a figure a card states.
+    checkpoint_size: bool = False
+    card_size: str | None = None  # the card's own figure ("1.20 GB"): reported beside the measured one, never judged
+
+    @property
+    def required(self) -> bool:
+        """Whether a log without the line fails: an item no source at hand is shown to print is reported when
+        seen, never required (a runtime that words it otherwise, or never prints it, is no failed load)."""
+        return self.unverified is None
 
 
 @dataclass(frozen=True)

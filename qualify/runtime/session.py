@@ -397,6 +397,15 @@ class RuntimeSession:
 
         return self._once("ready", compute)
 
+    def draft_folder(self) -> Path | None:
+        """The folder of the draft the runtime loads: the mounted pinned copy, or its revision's hub cache snapshot."""
+        if self.hf_cache is None:
+            return self.checkpoint_dir
+        repo, revision = self.plan.env_dict.get("DFLASH_MODEL"), self.plan.draft_revision
+        if not repo or not revision:
+            return None
+        return self.hf_cache / ("models--" + repo.replace("/", "--")) / "snapshots" / revision
+
     def load_evidence(self, settle_s: float = 2.0) -> Evidence:
         def compute() -> Evidence:
             assert self.runtime is not None
@@ -404,7 +413,8 @@ class RuntimeSession:
             # the server answered may land a moment later. Re-read for a short while before calling it missing.
             deadline = time.monotonic() + settle_s
             while True:
-                ev = check_log_evidence(self.runtime.logs_text(), self.profile, "load", log_name=SERVER_LOG)
+                ev = check_log_evidence(self.runtime.logs_text(), self.profile, "load", log_name=SERVER_LOG,
+                                        draft_folder=self.draft_folder())
                 if ev.ok or time.monotonic() >= deadline:
                     break
                 time.sleep(0.25)

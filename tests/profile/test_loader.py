@@ -211,9 +211,34 @@ def test_evidence_pattern_must_be_a_valid_regex(tmp_path: Path, seed_profile_tex
     assert "$.evidence[1].pattern: not a valid Python regex" in profile_error(path)
 
 
-def test_expected_gb_needs_a_gb_group(tmp_path: Path, seed_profile_text: str) -> None:
+def test_a_size_item_needs_a_gb_group(tmp_path: Path, seed_profile_text: str) -> None:
     path = write_variant(tmp_path, seed_profile_text, "(?P<gb>", "(")
-    assert "$.evidence[4].pattern: has expected_gb but no (?P<gb>...) group" in profile_error(path)
+    assert "$.evidence[4].pattern: has checkpoint_size but no (?P<gb>...) group" in profile_error(path)
+    fixture = (PROFILES_DIR / "fixture.toml").read_text(encoding="utf-8")
+    path = write_variant(tmp_path, fixture, r"(?P<gb>\d+(?:\.\d+)?)\s*Gi?B", r"(\d+(?:\.\d+)?)\s*Gi?B")
+    assert "$.evidence[3].pattern: has expected_gb but no (?P<gb>...) group" in profile_error(path)
+
+
+def test_an_unverified_item_is_never_required(tmp_path: Path, seed_profile_text: str) -> None:
+    """A size judged on an unverified line would require it; and only bound items count for a required level."""
+    path = write_variant(tmp_path, seed_profile_text, 'unverified = "taken from the model card',
+                         'checkpoint_size = true\nunverified = "taken from the model card')
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        "pattern = '(?i)B12xMxfp8LinearKernel\\b[^\\n]*\\bcontext",
+        "pattern = '(?i)(?P<gb>B)12xMxfp8LinearKernel\\b[^\\n]*\\bcontext"), encoding="utf-8")
+    assert "$.evidence[3]: is unverified (no source at hand prints its line), so it is never required, but it " \
+           "states a size to judge" in profile_error(path)
+    smoke = re.sub(r'(?m)^source = \{ file = "vllm/v1/spec_decode/metrics.py".*$',
+                   'unverified = "a guess"', seed_profile_text)
+    path = tmp_path / "unverified_smoke.toml"
+    path.write_text(smoke, encoding="utf-8")
+    assert "level 'smoke' is required but no evidence item bound to its source has level 'smoke'" in profile_error(path)
+
+
+def test_a_size_is_judged_against_one_figure(tmp_path: Path, seed_profile_text: str) -> None:
+    path = write_variant(tmp_path, seed_profile_text, "checkpoint_size = true",
+                         "checkpoint_size = true\nexpected_gb = 1.2\ntolerance_gb = 0.005")
+    assert "$.evidence[4]: has both expected_gb and checkpoint_size" in profile_error(path)
 
 
 def test_revision_must_be_lowercase(tmp_path: Path, seed_profile_text: str) -> None:

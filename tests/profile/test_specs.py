@@ -136,8 +136,9 @@ def test_seed_profile_evidence(seed_profile: Profile) -> None:
         "speculative_request_completed",
     }
     weights = evidence["draft_weights_loaded"]
-    assert weights["expected_gb"] == 1.20
-    assert 0 < weights["tolerance_gb"] <= 0.005
+    # Judged against the pinned draft's own bytes in vLLM's unit; the card's figure is only reported.
+    assert weights["checkpoint_size"] is True and "expected_gb" not in weights
+    assert weights["card_size"] == "1.20 GB"
     assert evidence["speculative_request_completed"]["level"] == "smoke"
 
     # Plausible log lines each pattern must find, and one line none may find. The exact
@@ -169,8 +170,7 @@ def test_seed_profile_evidence(seed_profile: Profile) -> None:
         assert pattern.search(line), name
         assert not pattern.search(unrelated), name
     match = re.search(weights["pattern"], samples["draft_weights_loaded"])
-    assert match is not None
-    assert abs(float(match.group("gb")) - weights["expected_gb"]) <= weights["tolerance_gb"]
+    assert match is not None and match.group("gb") == "1.20"
 
 
 
