@@ -10,7 +10,8 @@ from pathlib import Path
 
 from qualify.checkpoint.pinned import PinnedFolder, copy_evidence
 from qualify.core import Evidence
-from qualify.runtime.session import RuntimeSession
+from qualify.runtime.session import SERVER_LOG, RuntimeSession
+from qualify.serving.engine_config import engine_settings_evidence
 
 
 def gpu_preflight(runtime: RuntimeSession) -> Evidence:
@@ -43,7 +44,20 @@ def ready(started_runtime: RuntimeSession) -> Evidence:
 
 
 def load_evidence(started_runtime: RuntimeSession) -> Evidence:
-    return started_runtime.load_evidence()
+    """The profile's load evidence items, and the engine settings the launch set read back from the same log."""
+    ev = started_runtime.load_evidence()
+    runtime = started_runtime.runtime
+    log = runtime.logs_text() if runtime is not None else ""
+    # The draft's load starts where the profile's anchored items say (its attention backend is printed after it).
+    anchor = next((e.after_pattern for e in started_runtime.profile.evidence
+                   if e.level == "load" and e.after_pattern is not None), None)
+    settings = engine_settings_evidence(log, started_runtime.plan.env_dict, draft_anchor=anchor, log_name=SERVER_LOG)
+    # A new record: the session keeps its own step's evidence as it found it.
+    out = Evidence(f"{ev.summary}; {settings.summary}", list(ev.findings), {**ev.measured, **settings.measured},
+                   dict(ev.expected), ev.findings_total)
+    for finding in settings.findings:
+        out.add(finding.message, file=finding.file)
+    return out
 
 
 def teardown(runtime_teardown: Evidence) -> Evidence:
