@@ -23,6 +23,13 @@ strikes during acceptance:
   generation request is answered, so the counters move by more than the answer explains.
 
 ``fault_after=0`` makes the fault strike from the first generation request (smoke).
+
+Greedy outputs are the ids ``100, 101, ...`` after a prompt of ``PROMPT_TOKENS`` ids (returned as
+vLLM's ``prompt_token_ids``); ``diverge=(position, token)`` puts ``token`` at ``position`` instead, so two
+servers' outputs diverge there. A completion whose prompt is token ids is answered as vLLM answers a
+log-probability lookup (``logprobs``, ``logprob_token_ids``, ``return_tokens_as_token_ids``): the token this
+server would generate next, and the log-probabilities ``lookup_logprobs`` gives of it and of the tokens
+asked for by id (a token it does not list is left out of the answer, as a token outside the top ones is).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 MODEL = "dflash2-tiny-target"
 FAULTS = ("http500", "malformed", "hang", "die", "reset", "no_counters", "concurrent")
 GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
+PROMPT_TOKENS = 7
 
 
 class FaultServer:
@@ -50,7 +58,8 @@ class FaultServer:
 
     def __init__(self, *, fault: str | None = None, fault_after: int = 0, model: str = MODEL, proposal: int = 7,
                  accepted: int = 5, hang_s: float = 3600.0, concurrent_tokens: int = 24,
-                 per_request: bool = False, misreport: int = 0) -> None:
+                 per_request: bool = False, misreport: int = 0, diverge: tuple[int, int] | None = None,
+                 lookup_logprobs: dict[int, float] | None = None) -> None:
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
         if not 0 <= accepted <= proposal:
@@ -66,6 +75,9 @@ class FaultServer:
         # makes that many of its steps claim one accepted token fewer than the counters counted.
         self.per_request = per_request
         self.misreport = misreport
+        self.diverge = diverge
+        self.lookup_logprobs = dict(lookup_logprobs or {})
+        self.lookups: list[dict[str, Any]] = []  # the body of every log-probability lookup, in order
         self.lock = threading.Lock()
         self.generations = 0  # generation requests received
         self.requests: list[str] = []  # "METHOD path" of every request, in order
@@ -99,6 +111,24 @@ class FaultServer:
         """Stop listening (later connections are refused); the caller cuts off its own request."""
         self.dead.set()
         threading.Thread(target=lambda: (self.httpd.shutdown(), self.httpd.server_close()), daemon=True).start()
+
+    def output(self, n: int) -> list[int]:
+        """The greedy output's first ``n`` token ids."""
+        ids = list(range(100, 100 + n))
+        if self.diverge is not None and self.diverge[0] < n:
+            ids[self.diverge[0]] = self.diverge[1]
+        return ids
+
+    def lookup(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's answer to one token after a prompt of ids, with log-probabilities (completions API)."""
+        prompt = [int(i) for i in body["prompt"]]
+        chosen = self.output(len(prompt) - PROMPT_TOKENS + 1)[-1]
+        name = (lambda t: f"token_id:{t}") if body.get("return_tokens_as_token_ids") else str
+        wanted = [chosen, *body.get("logprob_token_ids", ())]
+        top = {name(t): self.lookup_logprobs[t] for t in wanted if t in self.lookup_logprobs}
+        logprobs = {"text_offset": [0], "token_logprobs": [self.lookup_logprobs.get(chosen)],
+                    "tokens": [name(chosen)], "top_logprobs": [top]}
+        return {"index": 0, "finish_reason": "length", "text": "tok", "logprobs": logprobs}
 
     # -- what a generation request does to the counters
     def faulty(self) -> bool:
@@ -236,17 +266,26 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 steps = state.generate(n)
                 if fault == "concurrent":
                     state.generate(state.concurrent_tokens)
-            ids = list(range(100, 100 + n))
-            usage = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n}
+            ids = state.output(n)
+            prompt_ids = list(range(1, PROMPT_TOKENS + 1))
+            usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": n, "total_tokens": PROMPT_TOKENS + n}
+            top: dict[str, Any] = {}
             if self.path == "/v1/chat/completions":
                 choice = {"index": 0, "finish_reason": "length", "token_ids": ids,
                           "message": {"role": "assistant", "content": "tok " * n}}
                 obj = "chat.completion"
+                top["prompt_token_ids"] = prompt_ids
+            elif isinstance(body.get("prompt"), list):
+                with state.lock:
+                    state.lookups.append(body)
+                choice = state.lookup(body)
+                obj = "text_completion"
             else:
-                choice = {"index": 0, "finish_reason": "length", "token_ids": ids, "text": "tok " * n}
+                choice = {"index": 0, "finish_reason": "length", "token_ids": ids, "text": "tok " * n,
+                          "prompt_token_ids": prompt_ids}
                 obj = "text_completion"
             answer = {"id": f"cmpl-{state.generations}", "object": obj, "created": 0,
-                      "model": state.model, "choices": [choice], "usage": usage}
+                      "model": state.model, "choices": [choice], "usage": usage, **top}
             if state.per_request:
                 with state.lock:
                     answer["metrics"] = {"speculative_decoding": state.request_metrics(steps)}

@@ -306,9 +306,12 @@ CATALOGUE: tuple[CheckSpec, ...] = (
            ("paired_result", "paired_spec")),
     # ---- losslessness
     _check("losslessness.greedy_identical",
-           "Temperature-0 outputs of every prompt are token-identical with and without the speculator.",
-           "Temperature-0 outputs of every prompt are token-identical with the speculator and from the target "
-           "alone: speculative decoding must not change what the model says.",
+           "Temperature-0 outputs with and without the speculator differ only at near-ties of the target's own "
+           "distribution.",
+           "Temperature-0 outputs of every prompt with the speculator and from the target alone are compared token "
+           "by token; each divergence is looked up in the target alone (both tokens' log-probabilities after the "
+           "common prefix): within the profile's tolerance it is a near-tie, listed; a wider gap, or a divergence "
+           "that could not be looked up, fails: speculative decoding must not change what the model says.",
            ("losslessness_outputs", "prompt_set", "losslessness_spec", "server_info")),
     # ---- throughput
     _check("throughput.serving_throughput",

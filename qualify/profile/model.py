@@ -293,7 +293,8 @@ class Profile:
         x = self.data.get("losslessness")
         if x is None:
             return None
-        return LosslessnessSpec(int(x["max_tokens"]), float(x["min_identical_fraction"]), x.get("reference_endpoint"))
+        return LosslessnessSpec(int(x["max_tokens"]), float(x["near_tie_tolerance"]), str(x["near_tie_reason"]),
+                                x.get("reference_endpoint"))
 
     @cached_property
     def throughput(self) -> ThroughputSpec | None:

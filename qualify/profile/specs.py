@@ -93,10 +93,16 @@ class SpeedupSpec:
 
 @dataclass(frozen=True)
 class LosslessnessSpec:
-    """``[losslessness]``: greedy outputs with the speculator against the target alone."""
+    """``[losslessness]``: greedy outputs with the speculator against the target alone.
+
+    Every divergence is looked up in the target alone; it is a near-tie when the two tokens'
+    log-probabilities there lie within ``near_tie_tolerance`` nats (``near_tie_reason`` says why
+    that much), and fails the level otherwise.
+    """
 
     max_tokens: int
-    min_identical_fraction: float
+    near_tie_tolerance: float
+    near_tie_reason: str
     reference_endpoint: str | None
 
 

@@ -14,6 +14,7 @@ from qualify.profile import Profile
 from qualify.run.arms import ArmJob
 from qualify.runtime.companions import CHECKPOINT, CHECKPOINT_PUBLISHED, REFERENCE, REFERENCE_PUBLISHED, SOURCE
 from qualify.serving import client as serving
+from qualify.serving import divergence as dv
 from qualify.serving import paired_measure as pm
 from qualify.serving import prompt_sets as ps
 
@@ -59,11 +60,24 @@ def arm_jobs(profile: Profile, levels: Collection[str]) -> list[ArmJob]:
     lossless = profile.losslessness
     if "losslessness" in levels and lossless is not None and acceptance is not None:
         timeout = acceptance.request_timeout_s
+        # The checkpoint's arm serves before the reference's: its outputs are kept here, so that the
+        # reference arm looks each divergence up while it serves.
+        speculative: dict[str, serving.Completion] = {}
 
-        def greedy(client: Any, url: str) -> tuple[dict[str, serving.Completion], list[str]]:
-            return serving.greedy_outputs(client, model, prompts, max_tokens=lossless.max_tokens, timeout_s=timeout)
+        def greedy(client: Any, url: str) -> dv.GreedyRun:
+            out, failures = serving.greedy_outputs(client, model, prompts, max_tokens=lossless.max_tokens,
+                                                   timeout_s=timeout)
+            speculative.clear()
+            speculative.update(out)
+            return dv.GreedyRun(out, tuple(failures))
 
-        jobs += [ArmJob("losslessness", CHECKPOINT, greedy), ArmJob("losslessness", REFERENCE, greedy)]
+        def greedy_and_lookups(client: Any, url: str) -> dv.GreedyRun:
+            out, failures = serving.greedy_outputs(client, model, prompts, max_tokens=lossless.max_tokens,
+                                                   timeout_s=timeout)
+            return dv.GreedyRun(out, tuple(failures),
+                                dv.look_up_divergences(client, model, speculative, out, timeout_s=timeout))
+
+        jobs += [ArmJob("losslessness", CHECKPOINT, greedy), ArmJob("losslessness", REFERENCE, greedy_and_lookups)]
     throughput = profile.throughput
     if "throughput" in levels and throughput is not None and acceptance is not None:
 

@@ -209,6 +209,9 @@ class Completion:
     # vLLM's per-request ``metrics.speculative_decoding`` (servers started with
     # --per-request-spec-decode-metrics); None when the response carries none.
     spec_decoding: Any = None
+    # The prompt as the server tokenized it (vLLM's return_token_ids; chat: the rendered template),
+    # so that a divergence can be looked up after exactly these tokens; None when not returned.
+    prompt_token_ids: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt": self.prompt_id, "completion_tokens": self.completion_tokens,
@@ -251,6 +254,10 @@ def complete(
         choice = response.choices[0]
         text = (choice.message.content if prompt.kind == "chat" else choice.text) or ""
         ids = _extra(choice, "token_ids")
+        # vLLM puts a completion's prompt ids on the choice, a chat completion's on the response.
+        prompt_ids = _extra(choice, "prompt_token_ids")
+        if prompt_ids is None:
+            prompt_ids = _extra(response, "prompt_token_ids")
         usage = getattr(response, "usage", None)
         metrics = _extra(response, "metrics")
         key = "speculative_decoding"
@@ -263,6 +270,7 @@ def complete(
             finish_reason=choice.finish_reason,
             elapsed_s=elapsed,
             spec_decoding=spec,
+            prompt_token_ids=tuple(int(i) for i in prompt_ids) if prompt_ids is not None else None,
         )
     except (AttributeError, TypeError, ValueError, IndexError) as exc:
         raise ServingError(f"prompt {prompt.id}: malformed response ({type(exc).__name__}: {exc})") from None

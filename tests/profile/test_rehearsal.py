@@ -102,9 +102,12 @@ def test_an_orchestration_difference_is_drift_naming_its_key(seed_profile: Profi
 
 def test_a_table_on_one_side_is_allowed_only_if_every_key_under_it_is(seed_profile: Profile) -> None:
     b = _data(seed_profile)
-    del b["orchestration"], b["losslessness"]  # each table on one side only
+    del b["orchestration"], b["losslessness"], b["hardware"]  # each table on one side only
     judged = {j.difference.key: j for j in judge_all(seed_profile, b)}
-    assert judged["losslessness"].allowed  # a size and a threshold, each allowed with its reason
+    assert judged["hardware"].allowed  # every key under it allowed with its reason
+    # a size and a reason are allowed, the near-tie tolerance (a decision rule) is not
+    assert not judged["losslessness"].allowed
+    assert disallowed_leaves(judged["losslessness"], seed_profile.data, b) == ["losslessness.near_tie_tolerance"]
     assert not judged["orchestration"].allowed
     assert disallowed_leaves(judged["orchestration"], seed_profile.data, b) == ["orchestration.arms"]
     b = _data(seed_profile)

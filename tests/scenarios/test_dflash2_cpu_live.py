@@ -53,6 +53,21 @@ def test_the_dflash2_fixture_qualifies_through_every_level_on_real_vllm(runs: di
     assert length["low"] >= 1.5, length
 
 
+def test_the_shipped_draft_has_no_divergence_from_the_target_alone(runs: dict[str, Finished]) -> None:
+    """Greedy outputs with the DFlash 2 speculator against the target alone (another container, same image): every
+    prompt identical to its last token, so no divergence needed a lookup, no near-tie was allowed."""
+    check = _check(runs["good"].run, "losslessness.greedy_identical")
+    evidence = check.evidence  # type: ignore[attr-defined]
+    spec = load_profile(PROFILE).losslessness
+    assert spec is not None and check.status is Status.PASSED, evidence.failure_text()  # type: ignore[attr-defined]
+    m = evidence.measured
+    assert m["prompts"] == len(m["per_prompt"]) > 0 and m["identical"] == m["prompts"], m["per_prompt"]
+    assert m["divergences"] == {"near_tie": 0, "real": 0, "unverified": 0} and m["near_ties"] == []
+    assert all(r["speculative_tokens"] == r["reference_tokens"] == spec.max_tokens for r in m["per_prompt"])
+    assert evidence.expected["near_tie_tolerance"] == spec.near_tie_tolerance
+    assert m["reference"]["endpoint"] != m["server"].get("endpoint")  # the target alone, not the speculative server
+
+
 def test_the_load_evidence_is_vllms_dflash2_and_the_plugins_candidate_head(runs: dict[str, Finished]) -> None:
     run, run_dir = runs["good"].run, runs["good"].folder
     load = _check(run, "load.load_evidence").evidence.measured["items"]  # type: ignore[attr-defined]

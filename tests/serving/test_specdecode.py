@@ -102,24 +102,71 @@ def test_first_divergence() -> None:
     assert sd.first_divergence([], []) is None
 
 
-def test_losslessness_identical_and_divergent() -> None:
+TOL = 0.25
+
+
+def lookup(pid: str, at: int, spec: int, ref: int, logprobs: dict[int, float], chosen: int | None = None,
+           error: str | None = None) -> sd.TokenLookup:
+    return sd.TokenLookup(pid, at, spec, ref, logprobs, ref if chosen is None else chosen, error)
+
+
+def test_losslessness_a_near_tie_passes_and_is_listed_with_both_values() -> None:
     pairs = [sd.OutputPair("a", "chat", (1, 2, 3), (1, 2, 3)), sd.OutputPair("b", "code", (1, 2, 3), (1, 9, 3))]
-    ev = sd.losslessness_evidence(pairs, min_identical_fraction=1.0, max_tokens=3)
-    assert not ev.ok
-    assert "b at token 1" in ev.failure_text()
-    assert ev.measured["identical_fraction"] == 0.5
+    ev = sd.losslessness_evidence(pairs, near_tie_tolerance=TOL, max_tokens=3,
+                                  lookups={"b": lookup("b", 1, 2, 9, {9: -0.70, 2: -0.71})})
+    assert ev.ok, ev.failure_text()
+    assert ev.measured["near_ties"] == [{"prompt": "b", "category": "code", "position": 1, "speculative_token": 2,
+                                         "speculative_logprob": -0.71, "reference_token": 9,
+                                         "reference_logprob": -0.70}]
+    assert ev.measured["divergences"] == {"near_tie": 1, "real": 0, "unverified": 0}
+    assert "prompt b at token 1: 2 (-0.7100) against 9 (-0.7000)" in ev.summary
     row = ev.measured["per_prompt"][1]
     assert (row["first_divergence"], row["speculative_token"], row["reference_token"]) == (1, 2, 9)
-    assert sd.losslessness_evidence(pairs, min_identical_fraction=0.5, max_tokens=3).ok
+    assert row["divergence"] == "near_tie" and abs(row["gap"] - 0.01) < 1e-12
+
+
+def test_losslessness_a_real_divergence_fails_naming_prompt_position_tokens_and_logprobs() -> None:
+    pairs = [sd.OutputPair("b", "code", (1, 2, 3), (1, 9, 3))]
+    ev = sd.losslessness_evidence(pairs, near_tie_tolerance=TOL, max_tokens=3,
+                                  lookups={"b": lookup("b", 1, 2, 9, {9: -0.10, 2: -2.40})})
+    assert not ev.ok
+    assert [f.message for f in ev.findings] == [
+        "prompt b, output token 1 (category code): the speculative output has token 2 (log-probability -2.4000 in "
+        "the target alone) where the target alone chose 9 (-0.1000): 2.3000 nats apart, beyond the near-tie "
+        "tolerance 0.25"]
+    assert ev.measured["near_ties"] == [] and ev.measured["divergences"]["real"] == 1
+    # the same gap within a wider tolerance is a near-tie
+    assert sd.losslessness_evidence(pairs, near_tie_tolerance=2.5, max_tokens=3,
+                                    lookups={"b": lookup("b", 1, 2, 9, {9: -0.10, 2: -2.40})}).ok
+
+
+def test_losslessness_an_unverified_divergence_is_not_a_pass() -> None:
+    pairs = [sd.OutputPair("b", "code", (1, 2, 3), (1, 9, 3))]
+
+    def judged(lk: sd.TokenLookup | None) -> str:
+        ev = sd.losslessness_evidence(pairs, near_tie_tolerance=TOL, max_tokens=3,
+                                      lookups={"b": lk} if lk is not None else {})
+        assert not ev.ok and ev.measured["divergences"]["unverified"] == 1
+        return ev.failure_text()
+
+    assert "was not looked up in the target alone" in judged(None)
+    assert "could not be looked up, so it is unverified: HTTP 400: too many" in judged(
+        lookup("b", 1, 2, 9, {}, error="HTTP 400: too many"))
+    # the speculative token is not in the answer: say how to ask for it
+    text = judged(lookup("b", 1, 2, 9, {9: -0.1}))
+    assert "no log-probability of token 2" in text and "logprob_token_ids" in text and "--max-logprobs" in text
+    # the target alone would choose a third token: the reference did not reproduce itself
+    text = judged(lookup("b", 1, 2, 9, {9: -1.5, 2: -1.5, 4: -0.3}, chosen=4))
+    assert "most likely token here is 4 (log-probability -0.3000), not its own greedy output's 9" in text
 
 
 def test_losslessness_never_passes_on_missing_data() -> None:
-    assert not sd.losslessness_evidence([], min_identical_fraction=0.0, max_tokens=3).ok
+    assert not sd.losslessness_evidence([], near_tie_tolerance=TOL, max_tokens=3).ok
     pairs = [sd.OutputPair("a", "chat", None, (1, 2))]
-    ev = sd.losslessness_evidence(pairs, min_identical_fraction=0.0, max_tokens=2)
+    ev = sd.losslessness_evidence(pairs, near_tie_tolerance=TOL, max_tokens=2)
     assert "returned no token ids" in ev.failure_text()
     ok = [sd.OutputPair("a", "chat", (1,), (1,))]
-    assert not sd.losslessness_evidence(ok, min_identical_fraction=1.0, max_tokens=1, failures=["reference: x"]).ok
+    assert not sd.losslessness_evidence(ok, near_tie_tolerance=TOL, max_tokens=1, failures=["reference: x"]).ok
 
 
 # -- the gate, exactly ---------------------------------------------------------------------
@@ -208,43 +255,51 @@ def test_losslessness_evidence_exactly() -> None:
     pairs = [sd.OutputPair("a", "chat", (1, 2, 3), (1, 2, 3)), sd.OutputPair("b", "code", (1, 2), (1, 2, 7)),
              sd.OutputPair("c", "code", (4, 5, 6), (4, 0, 6)), sd.OutputPair("d", "chat", (1,), None),
              sd.OutputPair("e", "chat", None, (1,)), sd.OutputPair("g", "chat", (7,), (7,))]
-    ev = sd.losslessness_evidence(pairs, min_identical_fraction=0.6, max_tokens=3, failures=["x: refused"],
-                                  extra_measured={"server": "y"})
+    lookups = {"b": lookup("b", 2, 0, 7, {}, error="the speculative output ends at token 2 while the other goes on"),
+               "c": lookup("c", 1, 5, 0, {0: -0.5, 5: -0.6})}
+    ev = sd.losslessness_evidence(pairs, near_tie_tolerance=0.25, near_tie_reason="rounding", max_tokens=3,
+                                  lookups=lookups, failures=["x: refused"], extra_measured={"server": "y"})
     assert [f.message for f in ev.findings] == [
         "x: refused",
+        "prompt b, output token 2: the divergence could not be looked up, so it is unverified: the speculative "
+        "output ends at token 2 while the other goes on",
         "prompt d: the reference server returned no token ids",
         "prompt e: the speculative server returned no token ids",
-        "2 of 4 greedy outputs identical (0.500), the profile requires 0.600; first divergent token: b at token 2, "
-        "c at token 1",
     ]
-    assert ev.summary == "2 of 4 greedy outputs (3 tokens) identical with and without the speculator (0.500)"
-    assert ev.expected == {"min_identical_fraction": 0.6, "max_tokens": 3}
+    assert ev.summary == ("2 of 4 greedy outputs (3 tokens) identical with and without the speculator; 1 "
+                          "divergence(s) a near-tie in the target alone (within 0.25 nats): prompt c at token 1: 5 "
+                          "(-0.6000) against 0 (-0.5000)")
+    assert ev.expected == {"near_tie_tolerance": 0.25, "near_tie_reason": "rounding", "max_tokens": 3,
+                           "compared": "each divergence's two tokens, by their log-probabilities in the target alone"}
+    gap = ev.measured["per_prompt"][2].pop("gap")
+    assert abs(gap - 0.1) < 1e-12
     assert ev.measured == {
         "server": "y",
         "per_prompt": [
             {"prompt": "a", "category": "chat", "identical": True, "first_divergence": None,
              "speculative_tokens": 3, "reference_tokens": 3},
             {"prompt": "b", "category": "code", "identical": False, "first_divergence": 2,
-             "speculative_tokens": 2, "reference_tokens": 3, "speculative_token": None, "reference_token": 7},
+             "speculative_tokens": 2, "reference_tokens": 3, "speculative_token": None, "reference_token": 7,
+             "divergence": "unverified"},
             {"prompt": "c", "category": "code", "identical": False, "first_divergence": 1,
-             "speculative_tokens": 3, "reference_tokens": 3, "speculative_token": 5, "reference_token": 0},
+             "speculative_tokens": 3, "reference_tokens": 3, "speculative_token": 5, "reference_token": 0,
+             "reference_logprob": -0.5, "speculative_logprob": -0.6, "lookup_most_likely": 0,
+             "divergence": "near_tie"},
             {"prompt": "g", "category": "chat", "identical": True, "first_divergence": None,
              "speculative_tokens": 1, "reference_tokens": 1},
         ],
         "prompts": 4, "identical": 2, "identical_fraction": 0.5,
         "categories": {"chat": {"prompts": 2, "identical": 2, "identical_fraction": 1.0},
                        "code": {"prompts": 2, "identical": 0, "identical_fraction": 0.0}},
+        "divergences": {"near_tie": 1, "real": 0, "unverified": 1},
+        "near_ties": [{"prompt": "c", "category": "code", "position": 1, "speculative_token": 5,
+                       "speculative_logprob": -0.6, "reference_token": 0, "reference_logprob": -0.5}],
     }
-    at_bound = sd.losslessness_evidence(pairs[:2], min_identical_fraction=0.5, max_tokens=3)
-    assert at_bound.ok, at_bound.failure_text()
-    longer = sd.losslessness_evidence([sd.OutputPair("f", "chat", (1, 2, 9), (1, 2))], min_identical_fraction=1.0,
-                                      max_tokens=3)
-    assert longer.measured["per_prompt"][0]["speculative_token"] == 9
-    assert longer.measured["per_prompt"][0]["reference_token"] is None
-    none = sd.losslessness_evidence([], min_identical_fraction=0.0, max_tokens=3)
+    same = sd.losslessness_evidence(pairs[:1], near_tie_tolerance=0.25, max_tokens=3)
+    assert same.ok and same.summary.endswith("; no divergence")
+    none = sd.losslessness_evidence([], near_tie_tolerance=0.25, max_tokens=3)
     assert [f.message for f in none.findings] == ["no prompt's outputs could be compared"]
     assert none.summary == "greedy outputs could not be compared" and none.measured == {"per_prompt": []}
-
 
 
 def test_gate_prints_an_undefined_estimate_as_nan() -> None:

@@ -1,4 +1,4 @@
-"""Level "losslessness": greedy output with the speculator equals the target's own greedy output."""
+"""Level "losslessness": greedy output with the speculator equals the target's own, up to the target's near-ties."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from qualify.run.arms import ArmResult, required
 from qualify.runtime.companions import CHECKPOINT, REFERENCE
 from qualify.serving import client as serving
 from qualify.serving import prompt_sets as ps
+from qualify.serving.divergence import GreedyRun
 from qualify.serving.specdecode import OutputPair, losslessness_evidence
 
 
@@ -23,19 +24,21 @@ def greedy_identical(losslessness_outputs: Mapping[str, ArmResult], prompt_set: 
         RuntimeNotStarted: an arm did not serve (its reason).
     """
     sides = required(losslessness_outputs, (CHECKPOINT, REFERENCE))
-    (spec_out, spec_fail), (ref_out, ref_fail) = sides[CHECKPOINT], sides[REFERENCE]
+    spec, ref = sides[CHECKPOINT], sides[REFERENCE]
+    assert isinstance(spec, GreedyRun) and isinstance(ref, GreedyRun)
     pairs = [
-        OutputPair(p.id, p.category, spec_out[p.id].token_ids if p.id in spec_out else None,
-                   ref_out[p.id].token_ids if p.id in ref_out else None)
+        OutputPair(p.id, p.category, spec.outputs[p.id].token_ids if p.id in spec.outputs else None,
+                   ref.outputs[p.id].token_ids if p.id in ref.outputs else None)
         for p in prompt_set.prompts
     ]
     reference_endpoint = str(losslessness_outputs[REFERENCE].endpoint)
     extra = {"prompt_set": prompt_set.identity(), "server": server_info,
              "reference": {"endpoint": reference_endpoint, "version": _version(reference_endpoint)}}
-    return losslessness_evidence(pairs, min_identical_fraction=losslessness_spec.min_identical_fraction,
-                                 max_tokens=losslessness_spec.max_tokens,
-                                 failures=[f"speculative: {f}" for f in spec_fail] +
-                                          [f"reference: {f}" for f in ref_fail],
+    return losslessness_evidence(pairs, near_tie_tolerance=losslessness_spec.near_tie_tolerance,
+                                 near_tie_reason=losslessness_spec.near_tie_reason,
+                                 max_tokens=losslessness_spec.max_tokens, lookups=ref.lookups,
+                                 failures=[f"speculative: {f}" for f in spec.failures] +
+                                          [f"reference: {f}" for f in ref.failures],
                                  extra_measured=extra)
 
 
