@@ -178,12 +178,12 @@ def test_long_values_are_shortened():
 def test_cli_exit_codes(tmp_path):
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     write_json(seed_run(run_id="a"), a)
-    write_json(seed_run(run_id="b", load_log=LOAD_LOG.replace("size: 1.20 GiB", "size: 1.201 GiB")), b)
+    write_json(seed_run(run_id="b", load_log=LOAD_LOG.replace("size: 1.20 GiB", "size: 1.21 GiB")), b)
     write_json(seed_run(run_id="c", status={"format.scales": Status.FAILED}), c)
     same = run_qualify("diff", str(a), str(b))
     assert same.returncode == 0, same.stderr
     assert "verdict-relevant differences: none" in same.stdout
-    assert "measured load.load_evidence items.draft_weights_loaded.gb: [1.2] -> [1.201]" in same.stdout
+    assert "measured load.load_evidence items.draft_weights_loaded.gb: [1.2] -> [1.21]" in same.stdout
     different = run_qualify("diff", str(a), str(c))
     assert different.returncode == 1, different.stderr
     assert "  check format.scales status: passed -> failed" in different.stdout.splitlines()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from qualify.checkpoint.pinned import pin_folder
 from qualify.core import Evidence
+from qualify.profile import load_profile
 from qualify.run.checks import load
 
 
@@ -32,10 +34,42 @@ class FakeSession:
 
 @pytest.mark.parametrize(("check", "step"), [
     (load.gpu_preflight, "gpu_preflight"), (load.image_pinned, "image"), (load.revisions_pinned, "pinning"),
-    (load.container_started, "start"), (load.ready, "ready"), (load.load_evidence, "load_evidence"),
+    (load.container_started, "start"), (load.ready, "ready"),
 ])
 def test_each_step_is_the_sessions_evidence_of_it(check: Callable[[Any], Evidence], step: str) -> None:
     assert check(FakeSession()).summary == step
+
+
+class LoggedSession:
+    """A started session of the seed profile whose runtime printed ``log``, its load evidence ``found``."""
+
+    def __init__(self, log: str, found: Evidence) -> None:
+        self.profile = load_profile("glm53-flash-dflash2-mxfp8-tp4")
+        self.plan = SimpleNamespace(env_dict=self.profile.launch_env())
+        self.runtime = SimpleNamespace(logs_text=lambda: log)
+        self.found = found
+
+    def load_evidence(self) -> Evidence:
+        return self.found
+
+
+def test_the_load_evidence_holds_the_engine_settings_the_log_shows_to_the_launch() -> None:
+    engine = ("INFO [core.py:134] Initializing a V1 LLM engine (v0.32.0) with config: model='t', speculative_config="
+              "SpeculativeConfig(method='dflash', model='/d', num_spec_tokens=7), tensor_parallel_size={tp}, "
+              "decode_context_parallel_size=1, kv_cache_dtype=auto, compilation_config={{'cudagraph_mode': "
+              "<CUDAGraphMode.NONE: 0>}}, kernel_config=None\n")
+    found = Evidence("items", measured={"items": {"x": None}}, expected={"x": {"description": "d"}})
+    found.add("missing evidence 'x'")
+    ev = load.load_evidence(LoggedSession(engine.format(tp=4), found))  # type: ignore[arg-type]
+    assert ev.summary == "items; the server.log shows the engine settings the launch set"
+    assert [f.message for f in ev.findings] == ["missing evidence 'x'"]
+    assert ev.measured["items"] == {"x": None} and ev.expected == {"x": {"description": "d"}}
+    assert ev.measured["engine_settings"]["tensor_parallel_size"]["status"] == "agrees"
+    assert found.measured == {"items": {"x": None}}  # the session's own record is left as it found it
+    wrong = load.load_evidence(LoggedSession(engine.format(tp=1), Evidence("items")))  # type: ignore[arg-type]
+    [finding] = wrong.findings
+    assert finding.message.startswith("the launch set TP=4 (tensor parallel size), but the runtime printed '1'")
+    assert finding.file == "server.log"
 
 
 def test_the_teardown_is_its_inputs_evidence() -> None:
