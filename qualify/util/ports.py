@@ -6,23 +6,140 @@ binding it), our server fails to bind and exits, but the probe is answered by th
 one and the run would measure a server it did not start. So a port is checked free
 before a launch, and once the probe succeeds the listening socket must belong to the
 process session the harness started (Linux ``/proc``; elsewhere only the first check).
+
+A port is also *chosen* where nothing else takes it between the choice and the bind. Every
+outgoing connection on the machine draws a local port from the kernel's ephemeral range
+(``/proc/sys/net/ipv4/ip_local_port_range``), so a port the kernel handed out as free can be taken
+by any client a minute later (measured: a runtime died of "Address already in use" 151 s after its
+start). :func:`free_port` therefore draws from outside that range, and reserves the port against
+the other runs on the machine with an advisory lock on a file per port in a shared folder
+(:data:`LOCK_DIR`), held until :func:`release_port` or the process ends (the kernel drops the lock
+of a dead process, so a killed run leaves no stale reservation).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import random
 import socket
+import tempfile
+import threading
 from pathlib import Path
+
+from qualify.errors import HarnessError
 
 PROC = Path("/proc")
 _TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for a listening socket
+#: The kernel's ephemeral range where /proc cannot tell (Linux's default).
+DEFAULT_EPHEMERAL = (32768, 60999)
+#: The lowest port drawn: below it are the ports services are configured on (privileged, and the 1024-9999
+#: of development servers, 8000 included).
+LOWEST = 10000
+#: Where runs on this machine reserve their ports, one lock file per port (``QUALIFY_PORT_LOCKS`` names another).
+LOCK_DIR = Path(os.environ.get("QUALIFY_PORT_LOCKS") or Path(tempfile.gettempdir()) / "qualify-ports")
+#: Candidates tried before giving up (each is locked, then bound, then left if either fails).
+ATTEMPTS = 200
+
+_HELD: dict[int, int] = {}  # port -> descriptor of its lock file, for this process's reservations
+_HELD_LOCK = threading.Lock()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the kernel's choice; free until somebody binds it)."""
+def ephemeral_range(proc: Path = PROC) -> tuple[int, int]:
+    """The kernel's ephemeral port range (first, last), from ``/proc``; Linux's default where it cannot be read."""
+    try:
+        first, last = (int(x) for x in (proc / "sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    return (first, last) if 0 < first <= last <= 65535 else DEFAULT_EPHEMERAL
+
+
+def candidate_ranges(ephemeral: tuple[int, int]) -> list[range]:
+    """The ports a run may draw: from :data:`LOWEST` up, outside the ephemeral range."""
+    first, last = ephemeral
+    return [r for r in (range(LOWEST, min(first, 65536)), range(max(last + 1, LOWEST), 65536)) if len(r) > 0]
+
+
+def _lock(port: int, lock_dir: Path) -> int | None:
+    """The descriptor of ``port``'s lock file, locked by this process; None when another run holds it."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # shared by every user's runs; a folder another user made stays theirs
+        os.chmod(lock_dir, 0o1777)
+    fd = os.open(lock_dir / f"{port}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return not in_use(host, port)
+
+
+def free_port(host: str = "127.0.0.1", *, proc: Path = PROC, lock_dir: Path | None = None) -> int:
+    """A port nothing listens on, outside the kernel's ephemeral range, reserved for this process.
+
+    Reserved against every other run on the machine until :func:`release_port` (or this process
+    ends); no outgoing connection is given it by the kernel meanwhile.
+
+    Raises:
+        HarnessError: no port could be reserved (the ephemeral range covers every port from
+            :data:`LOWEST` up, the lock folder cannot be written, or every candidate tried was taken).
+    """
+    lock_dir = LOCK_DIR if lock_dir is None else lock_dir
+    ephemeral = ephemeral_range(proc)
+    ranges = candidate_ranges(ephemeral)
+    if not ranges:
+        raise HarnessError(f"no port to draw from: the kernel's ephemeral range {ephemeral[0]}-{ephemeral[1]} "
+                           f"(/proc/sys/net/ipv4/ip_local_port_range) covers every port from {LOWEST} up",
+                           hint="narrow it, e.g. sysctl net.ipv4.ip_local_port_range='32768 60999'")
+    weights = [len(r) for r in ranges]
+    rng = random.SystemRandom()
+    for _ in range(ATTEMPTS):
+        port = rng.choice(rng.choices(ranges, weights=weights)[0])
+        with _HELD_LOCK:
+            if port in _HELD:
+                continue
+        try:
+            fd = _lock(port, lock_dir)
+        except OSError as exc:
+            raise HarnessError(f"{lock_dir}: cannot reserve a port there: {exc.strerror or exc}",
+                               hint="set QUALIFY_PORT_LOCKS to a folder this user can write") from None
+        if fd is None:
+            continue  # another run holds it
+        if not _bindable(host, port):
+            os.close(fd)
+            continue
+        with _HELD_LOCK:
+            _HELD[port] = fd
+        return port
+    raise HarnessError(f"no free port outside the ephemeral range {ephemeral[0]}-{ephemeral[1]} after {ATTEMPTS} "
+                       f"tries on {host} (reservations in {lock_dir})")
+
+
+def release_port(port: int) -> None:
+    """End this process's reservation of ``port`` (nothing if it holds none)."""
+    with _HELD_LOCK:
+        fd = _HELD.pop(port, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def reserved_ports() -> frozenset[int]:
+    """The ports this process holds reserved now."""
+    with _HELD_LOCK:
+        return frozenset(_HELD)
 
 
 def in_use(host: str, port: int, timeout_s: float = 0.5) -> bool:
@@ -118,4 +235,5 @@ def namespace_listens(pid: int, port: int, proc: Path = PROC) -> bool | None:
     return False
 
 
-__all__ = ["free_port", "in_use", "listening_inodes", "namespace_listens", "session_listens"]
+__all__ = ["candidate_ranges", "ephemeral_range", "free_port", "in_use", "listening_inodes", "namespace_listens",
+           "release_port", "reserved_ports", "session_listens"]
