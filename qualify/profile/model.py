@@ -271,6 +271,9 @@ class Profile:
             full_block=bool(x.get("full_block", False)),
             request_timeout_s=float(x.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
             source_endpoint=x.get("source_endpoint"),
+            category_margin=float(x["category_margin"]) if "category_margin" in x else None,
+            pilot_spread=float(x["pilot_spread"]) if "pilot_spread" in x else None,
+            pilot_source=x.get("pilot_source"),
         )
 
     @cached_property

@@ -5,8 +5,10 @@
 shows something about the release only where it takes the same path: the same levels, arms run the same way,
 the same proposal length, temperatures, concurrency rule, launch overrides and measurement methods. What a CPU
 cannot share with four GPUs is listed in :data:`ALLOWED` (hardware, the image and its build, model
-repositories and revisions, served names, ports, sizes, the log lines each runtime prints, thresholds a tiny
-draft can show, words); every other difference is drift.
+repositories and revisions, served names, ports, sizes, the log lines each runtime prints, absolute thresholds a
+tiny draft can show, words); every other difference is drift. The paired level's decision rules (its margins, the
+confidence, the bootstrap) are not on the list: the rehearsal decides by the release's rules, and differs only in
+prompt sets, counts and token lengths, whose cost ``qualify profile-check`` shows.
 
 A rule names keys as :mod:`qualify.profile.diff` flattens them, with ``*`` for one key segment, ``[*]`` for
 any array item and ``**`` for any rest (nothing included). A difference whose table or item is on one side
@@ -203,8 +205,9 @@ ALLOWED: tuple[AllowedKey, ...] = (
     AllowedKey("evidence", _EVIDENCE),
     AllowedKey("evidence[*]", _EVIDENCE),
     AllowedKey("evidence[*].**", _EVIDENCE),
-    AllowedKey("paired.margin", "threshold: the tiny draft cannot show 2%; the rehearsal's margin is set between "
-               "its own measured interval and its damaged conversion's (the profile's comment gives the figures)"),
+    AllowedKey("paired.pilot_spread", "the per-prompt spread each design assumes, measured on its own runtime and "
+               "draft: it prices the design (qualify profile-check), it decides nothing"),
+    AllowedKey("paired.pilot_source", _WORDS),
     AllowedKey("acceptance.min_*", "threshold: absolute acceptance depends on the draft and target; each profile's "
                "comment gives the measured figures its bounds sit between"),
     AllowedKey("losslessness.near_tie_reason", "prose: why the tolerance is what it is on that hardware (the "

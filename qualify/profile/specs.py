@@ -76,6 +76,15 @@ class PairedSpec:
     full_block: bool
     request_timeout_s: float
     source_endpoint: str | None
+    # The per-category bound's margin (``category_margin``; the overall margin where the profile states none).
+    category_margin: float | None = None
+    # The per-prompt spread of the relative difference the design assumes, and where it was measured.
+    pilot_spread: float | None = None
+    pilot_source: str | None = None
+
+    @property
+    def margin_in_category(self) -> float:
+        return self.margin if self.category_margin is None else self.category_margin
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,23 @@ def paired_lines(check: Check) -> list[str]:
         else:
             out.append("- Engine settings: **not verified**, so the comparison is not shown to be fair and the "
                        f"level does not pass ({escape_markdown(engine.get('why') or 'their logs were not available')})")
-    return [*out, ""]
+    return [*out, *operating_lines(m.get("operating_characteristic")), ""]
+
+
+def operating_lines(oc: object) -> list[str]:
+    """The level's error rates by design at the spread this run measured (docs/operating-characteristic.md)."""
+    if not isinstance(oc, dict):
+        return []
+    if oc.get("computed") is not True:
+        return [f"- Error rates by design: not computed ({escape_markdown(oc.get('why') or 'no measured spread')})"]
+    out = [f"- Error rates by design at the per-prompt spread this run measured ({_num(oc.get('spread'), '.2%')}; the "
+           f"profile's pilot {_num(oc.get('pilot_spread'), '.2%')}), {oc.get('trials')} simulated runs each:"]
+    for t in oc.get("targets") or []:
+        if isinstance(t, dict):
+            out.append(f"  - {escape_markdown(t.get('scenario'))}: the level right {_num(t.get('right'), '.2%')} "
+                       f"(95% bound {_num(t.get('right_95_bound'), '.2%')}), wanted >= {_num(t.get('wanted'), '.0%')}: "
+                       f"{'met' if t.get('met') is True else '**not met**'}")
+    return out
 
 
 def speedup_callout(run: Run) -> list[str]:

@@ -427,7 +427,7 @@ def paired_decision(
                           "proposal_length": req.proposal_length, "full_block": req.full_block},
              "endpoints": endpoints, **(extra_measured or {})}
     return paired_evidence(runs, margin=spec.margin, boot=boot, expected_categories=sets.categories,
-                           min_prompts=spec.min_prompts, extra_measured=extra)
+                           min_prompts=spec.min_prompts, extra_measured=extra, category_margin=spec.category_margin)
 
 
 def paired_level(

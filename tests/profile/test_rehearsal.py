@@ -71,7 +71,7 @@ def test_allowed_differences_are_not_drift(seed_profile: Profile) -> None:
     b["runtime"]["image"] = "qualify-vllm-cpu:latest"
     b["runtime"]["env"]["MAX_NUM_SEQS"] = "4"
     b["paired"]["concurrency"] = [1, 4]  # the same rule (batch 1 and MAX_NUM_SEQS) at another size
-    b["paired"]["margin"] = 0.08
+    b["paired"]["pilot_spread"] = 0.036  # each design's measured spread prices it; it decides nothing
     b["hardware"] = {"gpu_count": 0}
     del b["backends"]
     b["evidence"][0]["pattern"] = "another line"
@@ -86,6 +86,11 @@ def test_allowed_differences_are_not_drift(seed_profile: Profile) -> None:
     (("dflash", "proposal_length"), 5, "dflash.proposal_length"),
     (("paired", "temperature"), 0.7, "paired.temperature"),
     (("paired", "concurrency"), [1, 8], "paired.concurrency"),  # MAX_NUM_SEQS is 16: another rule, not a size
+    # The paired level's decision rules: the rehearsal decides by the release's.
+    (("paired", "margin"), 0.08, "paired.margin"),
+    (("paired", "category_margin"), 0.02, "paired.category_margin"),
+    (("paired", "confidence"), 0.9, "paired.confidence"),
+    (("paired", "bootstrap_resamples"), 500, "paired.bootstrap_resamples"),
     (("levels", "required"), ["structure"], "levels.required"),
     (("runtime", "qualification_overrides", "PER_REQUEST_SPEC_DECODE_METRICS"), "summary",
      "runtime.qualification_overrides.PER_REQUEST_SPEC_DECODE_METRICS"),

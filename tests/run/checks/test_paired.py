@@ -26,3 +26,23 @@ def test_the_charts_are_drawn_at_the_profiles_margin(monkeypatch: pytest.MonkeyP
     assert paired.non_inferiority((evidence, decisions), spec) is evidence
     assert seen == [(decisions, spec.margin)]
     assert evidence.measured["charts_svg"] == {"1": "<svg/>"}
+
+
+def test_the_error_rates_at_the_measured_spread_are_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_profile("fixture").paired
+    assert spec is not None
+    monkeypatch.setattr(paired, "paired_charts", lambda decisions, *, margin: {})
+    seen: list[Any] = []
+
+    def measured_characteristic(per_prompt: Any, paired_spec: Any) -> dict[str, Any]:
+        seen.append((per_prompt, paired_spec))
+        return {"computed": True}
+
+    monkeypatch.setattr(paired, "measured_characteristic", measured_characteristic)
+    evidence = Evidence("paired")
+    evidence.measured["concurrency"] = {"1": {"per_prompt": [{"prompt": "p"}]}, "4": {"per_prompt": []}}
+    paired.non_inferiority((evidence, []), spec)
+    assert seen == [([{"prompt": "p"}], spec)] and evidence.measured["operating_characteristic"] == {"computed": True}
+    nothing = Evidence("paired")  # nothing measured one request at a time: no spread, no record
+    paired.non_inferiority((nothing, []), spec)
+    assert "operating_characteristic" not in nothing.measured
