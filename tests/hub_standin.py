@@ -27,7 +27,8 @@ With ``write_token`` set, a write without ``Authorization: Bearer <write_token>`
 
 Scenarios are data: a repo has commits (path -> bytes) and branches; ``advertise`` makes
 the hub claim another sha256 for a file than its bytes have; ``serve_bytes`` makes it
-serve other bytes than it advertises. Every request is recorded (method, path, whether an
+serve other bytes than it advertises; ``damage_on_commit`` makes a commit store other bytes
+for a path than were uploaded (and advertise those). Every request is recorded (method, path, whether an
 Authorization header came), so tests can see what the client did.
 """
 
@@ -74,6 +75,8 @@ class StandinRepo:
     advertise: dict[tuple[str, str], str] = field(default_factory=dict)
     # (commit, path) -> bytes served instead of the committed ones (metadata unchanged)
     serve_bytes: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    # path -> bytes a commit stores instead of the ones uploaded there (a hub that damages a file on upload)
+    damage_on_commit: dict[str, bytes] = field(default_factory=dict)
 
     def commit_of(self, rev: str) -> str | None:
         if rev in self.commits:
@@ -90,7 +93,7 @@ class StandinRepo:
         """A new commit on ``branch``: its head's files, ``files`` written over them, ``deleted`` removed."""
         parent = self.branches[branch]
         tree = {p: d for p, d in self.commits[parent].items() if p not in deleted}
-        tree.update(files)
+        tree.update({p: self.damage_on_commit.get(p, d) for p, d in files.items()})
         listing = "".join(f"{p}\0{hashlib.sha256(d).hexdigest()}\n" for p, d in sorted(tree.items()))
         oid = hashlib.sha1(f"{parent}\n{len(self.commits)}\n{summary}\n{listing}".encode(),
                            usedforsecurity=False).hexdigest()

@@ -15,14 +15,23 @@ card (``README.md``, written after qualification): ``qualify gate`` and the mode
 leave them out, so the published repository verifies as it is (README, "Verify a release").
 
 The upload is one ``HfApi.create_commit`` to an existing repository (a mistyped name must not
-create a new public one). The token is the client's (``HF_TOKEN``, else its login); it is
-never put into a message (:mod:`qualify.util.redact`).
+create a new public one), on the branch's head as it was listed (``parent_commit``: a push in
+between fails the commit rather than mixing two releases). It **replaces** the previous release:
+every file of the branch that the new release does not hold is deleted in the same commit
+(:func:`stale_files`), since vLLM loads every top-level ``*.safetensors`` and a stale shard beside
+the new ones would be loaded with them. Only the hub's own ``.gitattributes`` stays.
+
+This module uploads and downloads; it does not judge. ``qualify publish``
+(:mod:`qualify.commands.publish`) runs the release gate before :func:`upload` (a refusal uploads
+nothing) and again on :func:`download` of the commit created. The token is the client's
+(``HF_TOKEN``, else its login); it is never put into a message (:mod:`qualify.util.redact`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +44,9 @@ from qualify.util.redact import redact
 #: The run folder's evidence, each by its name there, and the path it is published at.
 EVIDENCE: tuple[tuple[str, str], ...] = tuple(
     (name, f"{EVIDENCE_FOLDER}/{name}") for name in (ATTESTATION_NAME, MODEL_SIGNATURE_NAME, REPORT, "report.md"))
+
+#: The files of a release repository a release never deletes: the hub's own (which files are LFS).
+KEPT = (".gitattributes",)
 
 # A branch: segments of letters, digits, '-', '_' and '.', joined by '/'.
 _BRANCH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
@@ -57,6 +69,7 @@ class Published:
     commit: str
     url: str
     files: tuple[str, ...]
+    removed: tuple[str, ...] = ()  # the previous release's files the commit deleted
 
 
 def check_repo_id(repo: str) -> str:
@@ -104,36 +117,74 @@ def release_files(checkpoint: Path, run_dir: Path) -> tuple[Upload, ...]:
         Upload(path, run_dir / name) for name, path in EVIDENCE)
 
 
-def publish(checkpoint: Path, run_dir: Path, repo: str, *, revision: str = "main",
-            commit_message: str | None = None) -> Published:
-    """Upload the checkpoint and the run's evidence to ``repo`` at branch ``revision``, in one commit.
+def stale_files(existing: Sequence[str], uploads: Sequence[Upload]) -> tuple[str, ...]:
+    """The files of the branch a release deletes: every one it does not upload, but the hub's ``.gitattributes``."""
+    new = {u.path_in_repo for u in uploads}
+    return tuple(sorted(path for path in set(existing) if path not in new and path not in KEPT))
 
-    The hub and the token are the client's: ``HF_ENDPOINT`` and ``HF_TOKEN`` (else its saved login).
 
-    Raises:
-        UsageError: ``repo`` or ``revision`` is not a safe repository id or branch name.
-        PublishRefused: the release is incomplete (see :func:`release_files`); nothing was uploaded.
-        HubError: offline, or the hub refused or could not be reached (the repository or branch does not
-            exist, no write access); the message never holds the token.
-    """
+def _hub_failure(repo: str, revision: str, endpoint: str, doing: str, exc: Exception, hint: str) -> HubError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return HubError(f"{repo}@{revision}: the hub at {endpoint} {doing} ({type(exc).__name__}: {redact(first)}){hint}")
+
+
+def online_endpoint(repo: str) -> str:
+    """The hub endpoint to publish to; a HubError when the client is offline (said before any gating, since
+    nothing could be published)."""
     from qualify.checkpoint.hub import ONLINE, hub_access
 
-    check_repo_id(repo)
-    check_branch(revision)
-    uploads = release_files(checkpoint, run_dir)
     access = hub_access()
     if access.mode != ONLINE:
         raise HubError(f"{repo}: cannot publish: {access.reason}")
-    from huggingface_hub import CommitOperationAdd, HfApi
+    return access.endpoint
 
-    message = commit_message or f"Release: the checkpoint and its qualification evidence (run {Path(run_dir).name})"
-    api = HfApi(endpoint=access.endpoint, token=os.environ.get("HF_TOKEN") or None)
+
+def upload(uploads: Sequence[Upload], repo: str, *, revision: str = "main",
+           commit_message: str | None = None, run_name: str = "") -> Published:
+    """Replace the release on ``repo``'s branch ``revision`` with ``uploads``, in one commit.
+
+    Only for a release the gate accepted (:mod:`qualify.commands.publish` gates first). The hub and the
+    token are the client's: ``HF_ENDPOINT`` and ``HF_TOKEN`` (else its saved login).
+
+    Raises:
+        HubError: offline, or the hub refused or could not be reached (the repository or branch does not
+            exist, no write access, the branch moved while publishing); the message never holds the token.
+    """
+    endpoint = online_endpoint(repo)
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+
+    message = commit_message or f"Release: the checkpoint and its qualification evidence (run {run_name})"
+    api = HfApi(endpoint=endpoint, token=os.environ.get("HF_TOKEN") or None)
+    write_hint = "; the repository and the branch must exist and the token (HF_TOKEN) must have write access"
     try:
-        info = api.create_commit(repo, [CommitOperationAdd(u.path_in_repo, str(u.local)) for u in uploads],
-                                 commit_message=message, revision=revision)
+        head = api.model_info(repo, revision=revision)
     except Exception as exc:  # huggingface_hub raises its HTTP errors, httpx its transport ones
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise HubError(f"{repo}@{revision}: the hub at {access.endpoint} did not take the release "
-                       f"({type(exc).__name__}: {redact(first)}); the repository and the branch must exist and the "
-                       "token (HF_TOKEN) must have write access") from None
-    return Published(repo, revision, info.oid, info.commit_url, tuple(u.path_in_repo for u in uploads))
+        raise _hub_failure(repo, revision, endpoint, "did not take the release", exc, write_hint) from None
+    removed = stale_files([s.rfilename for s in head.siblings or ()], uploads)
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
+        CommitOperationAdd(u.path_in_repo, str(u.local)) for u in uploads]
+    operations += [CommitOperationDelete(path) for path in removed]
+    try:
+        info = api.create_commit(repo, operations, commit_message=message, revision=revision,
+                                 parent_commit=head.sha)
+    except Exception as exc:  # as above
+        raise _hub_failure(repo, revision, endpoint, "did not take the release", exc, write_hint) from None
+    return Published(repo, revision, info.oid, info.commit_url, tuple(u.path_in_repo for u in uploads), removed)
+
+
+def download(published: Published, cache_dir: Path) -> Path:
+    """The published commit as a user downloads it: a hub cache snapshot at the commit (links into blobs),
+    under ``cache_dir``, which should be fresh so that nothing already there stands in for the hub's bytes.
+
+    Raises:
+        HubError: the hub could not be reached or did not serve the commit (the token is never in the message).
+    """
+    endpoint = online_endpoint(published.repo)
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(published.repo, revision=published.commit, cache_dir=str(cache_dir),
+                                      endpoint=endpoint, token=os.environ.get("HF_TOKEN") or None))
+    except Exception as exc:  # huggingface_hub raises its HTTP errors, httpx its transport ones
+        raise _hub_failure(published.repo, published.commit, endpoint, "did not serve the published commit", exc,
+                           ": it could not be verified as downloaded") from None

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,40 @@ def hub_env(monkeypatch):
     return serving
 
 
+@dataclass(frozen=True)
+class SignedRun:
+    """A run of ``qualify check`` signed with a key (the attestation and the model signature), and that key."""
+
+    checkpoint: Path
+    run_dir: Path
+    pub: Path
+    priv: Path
+
+    def publish(self, checkpoint: Path | None = None, run_dir: Path | None = None) -> list[str]:
+        """``qualify publish``'s arguments for this run (or another folder in place of one of its own), but --repo."""
+        return ["publish", "--checkpoint", str(checkpoint or self.checkpoint), "--run-dir",
+                str(run_dir or self.run_dir), "--verify-key", str(self.pub), "--profile", "fixture"]
+
+
+def signed_check(checkpoint: Path, reports: Path, priv: Path) -> tuple[int, Path]:
+    """(qualify check's exit code, the run folder) of a signed run of the fixture profile on ``checkpoint``."""
+    proc = run_qualify("check", "--profile", "fixture", str(checkpoint), "--source", str(FIXTURE / "source"),
+                       "--sign-key", str(priv), "--sign-model", "--report-dir", str(reports))
+    (run_dir,) = reports.glob("*/")
+    assert (run_dir / a.ATTESTATION_NAME).is_file(), proc.stdout + proc.stderr
+    return proc.returncode, run_dir
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory) -> SignedRun:
+    """The fixture checkpoint, qualified and signed once for the module (the tests copy what they change)."""
+    folder = tmp_path_factory.mktemp("signed")
+    priv, pub = write_key(folder, "release")
+    code, run_dir = signed_check(FIXTURE / "mxfp8", folder / "reports", priv)
+    assert code == 0
+    return SignedRun(FIXTURE / "mxfp8", run_dir, pub, priv)
+
+
 def fake_run(folder: Path, *names: str) -> Path:
     folder.mkdir(parents=True)
     for name in names:
@@ -97,10 +132,11 @@ def test_release_files_are_the_checkpoint_and_the_evidence_under_qualification(t
 def test_a_missing_evidence_file_is_refused_and_nothing_is_uploaded(missing, tmp_path, hub_env, cli):
     run_dir = fake_run(tmp_path / "run", *(n for n in EVIDENCE_NAMES if n != missing))
     repo = release_repo()
+    _, pub = write_key(tmp_path, "release")
     with StandinHub([repo]).serving() as hub:
         hub_env(hub)
         code, out, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
-                             "--repo", REPO_ID)
+                             "--verify-key", str(pub), "--repo", REPO_ID)
     assert code == 1, out + err
     assert out.splitlines() == [
         f"refused: the run folder {run_dir} lacks {missing}: a release publishes all of attestation.intoto.jsonl, "
@@ -116,9 +152,11 @@ def test_a_checkpoint_holding_evidence_paths_or_a_broken_link_is_refused(tmp_pat
     (ckpt / "qualification").mkdir()
     (ckpt / "qualification" / "report.json").write_text("{}")
     (ckpt / "tokenizer.json").symlink_to(tmp_path / "gone")
+    _, pub = write_key(tmp_path, "release")
     with StandinHub([release_repo()]).serving() as hub:
         hub_env(hub)
-        code, out, _ = cli("publish", "--checkpoint", str(ckpt), "--run-dir", str(run_dir), "--repo", REPO_ID)
+        code, out, _ = cli("publish", "--checkpoint", str(ckpt), "--run-dir", str(run_dir), "--verify-key", str(pub),
+                           "--repo", REPO_ID)
     assert code == 1
     assert out.splitlines() == [
         "refused: the checkpoint already holds qualification/report.json, where the run's evidence is published; not "
@@ -130,7 +168,7 @@ def test_a_checkpoint_holding_evidence_paths_or_a_broken_link_is_refused(tmp_pat
                                   "or--g/x", "org/x;rm -rf", "org/" + "x" * 97, "/x", "org/", "org/\x1b[2J"])
 def test_a_repository_id_that_is_not_owner_slash_name_is_a_usage_error(repo, tmp_path, cli):
     code, out, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(tmp_path),
-                         "--repo", repo)
+                         "--verify-key", str(tmp_path / "pub.pem"), "--repo", repo)
     assert code == 2 and out == ""
     assert "not a hub repository id (owner/name" in err and "\x1b" not in err
 
@@ -143,26 +181,31 @@ def test_a_repository_id_of_safe_characters_is_accepted(repo):
 @pytest.mark.parametrize("branch", ["../main", "-x", "a..b", "a b", "main.lock", "/main", "main/", "a\nb", ""])
 def test_a_branch_that_is_not_a_safe_name_is_a_usage_error(branch, tmp_path, cli):
     code, _, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(tmp_path), "--repo",
-                       REPO_ID, f"--revision={branch}")
+                       REPO_ID, f"--revision={branch}", "--verify-key", str(tmp_path / "pub.pem"))
     assert code == 2 and "not a branch name" in err
 
 
-def test_folders_that_do_not_exist_are_usage_errors(tmp_path, capsys):
-    assert main(["publish", "--checkpoint", str(tmp_path / "none"), "--run-dir", str(tmp_path), "--repo", REPO_ID]) == 2
+def test_folders_or_a_key_that_do_not_exist_are_usage_errors(tmp_path, capsys):
+    key = ("--verify-key", str(tmp_path / "pub.pem"))
+    assert main(["publish", "--checkpoint", str(tmp_path / "none"), "--run-dir", str(tmp_path), "--repo", REPO_ID,
+                 *key]) == 2
     assert capsys.readouterr().err == f"qualify: error: {tmp_path / 'none'}: not a checkpoint directory\n"
     assert main(["publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(tmp_path / "none"), "--repo",
-                 REPO_ID]) == 2
+                 REPO_ID, *key]) == 2
     assert capsys.readouterr().err == f"qualify: error: {tmp_path / 'none'}: not a run directory\n"
+    assert main(["publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(tmp_path), "--repo", REPO_ID,
+                 *key]) == 2
+    assert capsys.readouterr().err == f"qualify: error: {tmp_path / 'pub.pem'}: no such verify key file\n"
 
 
-def test_a_hub_that_refuses_is_a_hub_error_without_the_token(tmp_path, hub_env, cli):
-    run_dir = fake_run(tmp_path / "run", *EVIDENCE_NAMES)
+@pytest.mark.slow
+def test_a_hub_that_refuses_is_a_hub_error_without_the_token(signed, hub_env, cli):
     # No such repository, on a hub that quotes the Authorization header back: the token must not show.
     with StandinHub([release_repo()], echo_auth_in_errors=True).serving() as hub:
         hub_env(hub)
-        code, out, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
-                             "--repo", "org/no-such-repo")
-        assert code == 3 and out == ""  # the hub's refusal is the environment's, not a usage error
+        code, out, err = cli(*signed.publish(), "--repo", "org/no-such-repo")
+        # The gate passed; the hub's refusal is the environment's, not a usage error.
+        assert code == 3 and out.startswith("qualified: ") and "published:" not in out
         assert err.startswith(f"qualify: harness error: org/no-such-repo@main: the hub at {hub.url} did not take the "
                               "release (RepositoryNotFoundError")
         assert "the repository and the branch must exist" in err
@@ -170,16 +213,18 @@ def test_a_hub_that_refuses_is_a_hub_error_without_the_token(tmp_path, hub_env, 
         # A token without write access: refused by the hub, named as such.
         with StandinHub([release_repo()], write_token="hf_" + "W" * 34).serving() as other:
             hub_env(other)
-            code, _, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
-                               "--repo", REPO_ID)
+            code, _, err = cli(*signed.publish(), "--repo", REPO_ID)
         assert code == 3 and "401" in err and TOKEN not in err
 
 
-def test_offline_publishing_is_refused(tmp_path, monkeypatch, cli):
+def test_offline_publishing_is_refused_before_anything_is_gated(tmp_path, monkeypatch, cli):
     run_dir = fake_run(tmp_path / "run", *EVIDENCE_NAMES)
+    _, pub = write_key(tmp_path, "release")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, _, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir), "--repo", REPO_ID)
+    code, out, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
+                         "--verify-key", str(pub), "--repo", REPO_ID)
     assert code == 3 and f"{REPO_ID}: cannot publish: HF_HUB_OFFLINE was set" in err
+    assert out == ""
 
 
 # ---------------------------------------------------------------- published, carded, downloaded, verified
@@ -208,16 +253,23 @@ def test_a_published_release_with_its_card_verifies_downstream_and_a_changed_wei
     with StandinHub([repo], write_token=TOKEN).serving() as hub:
         hub_env(hub)
         code, out, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
-                             "--repo", REPO_ID)
+                             "--verify-key", str(pub), "--profile", "fixture", "--repo", REPO_ID)
         assert code == 0, out + err
         released = repo.branches["main"]
         assert re.fullmatch(r"[0-9a-f]{40}", released) and released != INITIAL
-        assert out == (f"published: {REPO_ID}@main commit {released} (8 files, the evidence under qualification/): "
-                       f"{hub.url}/{REPO_ID}/commit/{released}\n")
+        # The gate on the folders, the commit, the gate on the commit as downloaded, the verdict on it.
+        lines = out.splitlines()
+        assert len(lines) == 4, out
+        assert lines[0].startswith("qualified: structure, format, reproduction passed in run ")
+        assert lines[1] == (f"published: {REPO_ID}@main commit {released} (8 files, the evidence under "
+                            f"qualification/): {hub.url}/{REPO_ID}/commit/{released}")
+        assert lines[2].startswith("qualified: ") and f"snapshots/{released}" in lines[2]
+        assert lines[3] == (f"verified: {REPO_ID} commit {released}, downloaded at that commit into a fresh folder, "
+                            "passes the gate")
         assert TOKEN not in out + err
         # One commit, every write authorized; the weights by LFS, the evidence beside them.
         writes = [(r.method, r.path.split("?")[0]) for r in hub.requests]
-        assert [w for w in writes if w[1].startswith("/api/")] == [
+        assert [w for w in writes if w[1].startswith("/api/") and w[0] == "POST"] == [
             ("POST", f"/api/models/{REPO_ID}/preupload/main"), ("POST", f"/api/models/{REPO_ID}/commit/main")]
         assert all(r.authorized for r in hub.requests if not r.path.startswith("/lfs-upload/"))
         assert sorted(repo.commits[released]) == [
@@ -260,3 +312,204 @@ def test_a_published_release_with_its_card_verifies_downstream_and_a_changed_wei
     assert gate_out.startswith("refused: model.safetensors: changed after signing (sha256 "), gate_out
     # The snapshot verified before is untouched: its weights are the signed ones still.
     assert verify_downstream(snapshot, pub, cli)[0][0] == 0
+
+
+# ---------------------------------------------------------------- publish publishes only what the gate accepts
+
+def test_a_release_deletes_every_file_of_the_previous_one_it_does_not_hold_but_the_hubs_own():
+    uploads = (p.Upload("config.json", Path("c")), p.Upload("model.safetensors", Path("m")))
+    existing = [".gitattributes", "config.json", "model-00001-of-00002.safetensors", "model.safetensors",
+                "sub/x.safetensors", "README.md"]
+    assert p.stale_files(existing, uploads) == ("README.md", "model-00001-of-00002.safetensors",
+                                                "sub/x.safetensors")
+    assert p.stale_files([".gitattributes", "config.json"], uploads) == ()
+
+
+def test_the_gate_is_given_the_options_qualify_gate_takes():
+    from qualify.cli import build_parser
+
+    args = build_parser().parse_args([
+        "publish", "--checkpoint", "ck", "--run-dir", "run", "--verify-key", "k.pem", "--repo", REPO_ID,
+        "--release-policy", "--draft-revision", "a" * 40, "--require", "load", "--accept-unpinned-target"])
+    from qualify.commands.publish import gate_argv
+
+    assert gate_argv(args, Path("ck"), Path("run")) == [
+        "--attestation", "run/attestation.intoto.jsonl", "--verify-key", "k.pem", "--checkpoint", "ck",
+        "--require", "load", "--revision", "a" * 40, "--release-policy", "--accept-unpinned-target", "--",
+        "run/report.json"]
+
+
+def test_a_gate_option_the_gate_refuses_is_its_usage_error_and_nothing_is_uploaded(tmp_path, hub_env, cli):
+    run_dir = fake_run(tmp_path / "run", *EVIDENCE_NAMES)
+    _, pub = write_key(tmp_path, "release")
+    with StandinHub([release_repo()]).serving() as hub:
+        hub_env(hub)
+        code, out, err = cli("publish", "--checkpoint", str(FIXTURE / "mxfp8"), "--run-dir", str(run_dir),
+                             "--verify-key", str(pub), "--repo", REPO_ID, "--profile", "no-such-profile")
+    assert code == 2 and out == ""
+    assert "--profile 'no-such-profile': not a profile this harness ships" in err
+    assert hub.requests == []
+
+
+def zero_weights(ckpt: Path) -> None:
+    """The weights' bytes after the header, zeroed: the same size, the same header, no model left."""
+    path = ckpt / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")
+    data[start:] = bytes(len(data) - start)
+    path.write_bytes(bytes(data))
+
+
+def copy_run(run_dir: Path, dest: Path, name: str, data: bytes) -> Path:
+    shutil.copytree(run_dir, dest)
+    (dest / name).write_bytes(data)
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["weights zeroed after the gate", "attestation is a report", "attestation is not JSON",
+                                  "model.sig of nothing", "report.json edited", "under the release policy"])
+def test_a_release_the_gate_refuses_is_refused_with_its_lines_and_nothing_is_uploaded(case, signed, tmp_path, hub_env,
+                                                                                     cli):
+    ckpt, run_dir, extra = signed.checkpoint, signed.run_dir, []
+    if case == "weights zeroed after the gate":
+        ckpt = tmp_path / "ckpt"
+        shutil.copytree(signed.checkpoint, ckpt)
+        assert cli("gate", "--attestation", str(run_dir / a.ATTESTATION_NAME), "--verify-key", str(signed.pub),
+                   "--checkpoint", str(ckpt), "--profile", "fixture")[0] == 0
+        zero_weights(ckpt)
+        expected = "refused: model.safetensors: changed after signing (sha256 "
+    elif case == "attestation is a report":
+        run_dir = copy_run(run_dir, tmp_path / "run", a.ATTESTATION_NAME, (run_dir / a.REPORT).read_bytes())
+        expected = "refused: the attestation cannot be trusted: "
+    elif case == "attestation is not JSON":
+        run_dir = copy_run(run_dir, tmp_path / "run", a.ATTESTATION_NAME, b"signed, trust me\n")
+        expected = "refused: the attestation cannot be trusted: "
+    elif case == "model.sig of nothing":
+        run_dir = copy_run(run_dir, tmp_path / "run", a.MODEL_SIGNATURE_NAME, b"{}\n")
+        expected = "refused: " + str(tmp_path / "run" / a.MODEL_SIGNATURE_NAME) + " is not the model signature"
+    elif case == "report.json edited":
+        report = (run_dir / a.REPORT).read_bytes().replace(b'"qualified"', b'"qualified" ', 1)
+        run_dir = copy_run(run_dir, tmp_path / "run", a.REPORT, report)
+        expected = "refused: " + str(tmp_path / "run" / a.REPORT) + " is not the report the attestation signed"
+    else:  # the committed policy's profile is the seed's, not the fixture's the run was made under
+        extra = ["--release-policy"]
+        expected = "refused: the run was made under profile 'fixture', not under glm53-flash-dflash2-mxfp8-tp4"
+    repo = release_repo()
+    with StandinHub([repo], write_token=TOKEN).serving() as hub:
+        hub_env(hub)
+        args = signed.publish(ckpt, run_dir)
+        if extra:
+            args.remove("--profile")
+            args.remove("fixture")
+        code, out, err = cli(*args, *extra, "--repo", REPO_ID)
+    assert code == 1, out + err
+    lines = out.splitlines()
+    assert any(line.startswith(expected) for line in lines), out
+    assert all(line.startswith("refused: ") for line in lines), out
+    assert lines[-1] == (f"refused: the gate refused the release of {ckpt} with the run {run_dir} (above); nothing "
+                         "was uploaded")
+    assert hub.requests == [] and repo.branches == {"main": INITIAL}
+    assert TOKEN not in out + err
+
+
+@pytest.mark.slow
+def test_a_run_whose_verdict_is_not_qualified_is_refused_and_nothing_is_uploaded(signed, tmp_path, hub_env, cli):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(signed.checkpoint, ckpt)
+    zero_weights(ckpt)
+    code, run_dir = signed_check(ckpt, tmp_path / "reports", signed.priv)  # signed whatever the verdict
+    assert code == 1
+    repo = release_repo()
+    with StandinHub([repo], write_token=TOKEN).serving() as hub:
+        hub_env(hub)
+        code, out, err = cli(*signed.publish(ckpt, run_dir), "--repo", REPO_ID)
+    assert code == 1, out + err
+    assert "refused: the attested result is FAILED: the run's verdict was not qualified" in out.splitlines()
+    assert out.splitlines()[-1].endswith("nothing was uploaded")
+    assert hub.requests == [] and repo.branches == {"main": INITIAL}
+
+
+PREVIOUS = {
+    ".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n",
+    "config.json": b"{}\n",
+    "model-00001-of-00002.safetensors": b"old shard 1",
+    "model-00002-of-00002.safetensors": b"old shard 2",
+    "model.safetensors.index.json": b"{}\n",
+    "README.md": b"# the previous release\n",
+    "qualification/report.json": b"{}\n",
+}
+
+
+@pytest.mark.slow
+def test_a_second_release_replaces_the_first_in_one_commit_and_leaves_no_stale_weights(signed, tmp_path, hub_env,
+                                                                                       cli):
+    from huggingface_hub import snapshot_download
+
+    previous = "1" * 40
+    repo = StandinRepo(REPO_ID, {INITIAL: {".gitattributes": PREVIOUS[".gitattributes"]}, previous: dict(PREVIOUS)},
+                       branches={"main": previous})
+    with StandinHub([repo], write_token=TOKEN).serving() as hub:
+        hub_env(hub)
+        code, out, err = cli(*signed.publish(), "--repo", REPO_ID)
+        assert code == 0, out + err
+        released = repo.branches["main"]
+        assert len(repo.commits) == 3  # one commit on top of the previous release
+        assert sorted(repo.commits[released]) == [
+            ".gitattributes", "config.json", "conversion_manifest.json", "hf_quant_config.json", "model.safetensors",
+            *(f"qualification/{n}" for n in EVIDENCE_NAMES)]
+        stale = "README.md, model-00001-of-00002.safetensors, model-00002-of-00002.safetensors, " \
+                "model.safetensors.index.json"
+        assert f"deleted 4 file(s) of the previous release: {stale}): " in out.splitlines()[1]
+        assert out.splitlines()[-1].startswith(f"verified: {REPO_ID} commit {released}")
+        # What a user downloads at that commit is the release and nothing else (vLLM loads every top-level shard).
+        snapshot = Path(snapshot_download(REPO_ID, revision=released, cache_dir=str(tmp_path / "cache"),
+                                          endpoint=hub.url, token=False))
+        assert not list(snapshot.glob("model-*.safetensors"))
+    assert TOKEN not in out + err
+
+
+@pytest.mark.slow
+def test_a_branch_that_moves_while_publishing_is_not_committed_over(signed, hub_env, cli, monkeypatch):
+    from huggingface_hub import HfApi
+
+    repo = release_repo()
+    real = HfApi.model_info
+
+    def moved_after_listing(self, *args, **kwargs):
+        info = real(self, *args, **kwargs)
+        repo.commits["2" * 40] = dict(PREVIOUS)  # another push lands between the listing and the commit
+        repo.branches["main"] = "2" * 40
+        return info
+
+    monkeypatch.setattr(HfApi, "model_info", moved_after_listing)
+    with StandinHub([repo], write_token=TOKEN).serving() as hub:
+        hub_env(hub)
+        code, out, err = cli(*signed.publish(), "--repo", REPO_ID)
+    assert code == 3 and "published:" not in out
+    assert f"{REPO_ID}@main: the hub at {hub.url} did not take the release (" in err
+    assert repo.branches["main"] == "2" * 40 and len(repo.commits) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged", ["model.safetensors", "qualification/attestation.intoto.jsonl"])
+def test_a_commit_the_gate_refuses_as_downloaded_fails_loudly_naming_the_file(damaged, signed, hub_env, cli):
+    repo = release_repo()
+    repo.damage_on_commit[damaged] = b"\0" * 64  # the hub stores other bytes than were uploaded
+    with StandinHub([repo], write_token=TOKEN).serving() as hub:
+        hub_env(hub)
+        code, out, err = cli(*signed.publish(), "--repo", REPO_ID)
+    released = repo.branches["main"]
+    assert code == 1, out + err
+    lines = out.splitlines()
+    assert lines[0].startswith("qualified: ") and lines[1].startswith(f"published: {REPO_ID}@main commit {released}")
+    refusals = lines[2:-1]
+    assert refusals and all(line.startswith("refused: ") for line in refusals), out
+    if damaged == "model.safetensors":
+        assert any(line.startswith("refused: model.safetensors: changed after signing") for line in refusals), out
+    else:
+        assert any(line.startswith("refused: the attestation cannot be trusted") for line in refusals), out
+    assert lines[-1] == (f"refused: PUBLISHED BUT NOT VERIFIED: {REPO_ID}@main commit {released}, downloaded at that "
+                         "commit into a fresh folder, is refused by the gate (above): the branch holds a release its "
+                         "users' gate refuses; publish again or revert the commit")
+    assert TOKEN not in out + err

@@ -127,4 +127,7 @@ def test_the_release_publishes_to_the_policy_repository_never_an_input(env: dict
     argv = _argv(env)
     assert argv[:1] == ["publish"]
     assert argv[argv.index("--repo") + 1] == "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8"
+    # publish gates again itself, under the same policy and revision as gate.sh, with the key the workflow gave.
+    assert "--release-policy" in argv and argv[argv.index("--draft-revision") + 1] == COMMIT
+    assert not Path(argv[argv.index("--verify-key") + 1]).exists()  # the key file is gone once the step ends
     assert "hf_secret_token_value" not in proc.stdout + proc.stderr + " ".join(argv)
