@@ -54,6 +54,7 @@ from typing import Any
 
 from qualify.core import LEVEL_TITLES, SOURCE_NOT_VERIFIED, Status, Verdict
 from qualify.report.model import Check, Run
+from qualify.report.near_ties import near_tie_note
 from qualify.report.target import target_revision_note
 from qualify.util.escape import escape_markdown
 
@@ -551,7 +552,8 @@ def validation_status_section(run: Run, *, heading: str | None = "## Validation 
     if facts:
         paragraph.append(f"The runtime {join_words(facts)}.")
     for note in (reproducibility_note(run), target_revision_note(run.environment, ran_runtime_levels(run)),
-                 exercised_note(run), source_identity_note(run), stand_in_note(run)):
+                 exercised_note(run), source_identity_note(run), stand_in_note(run),
+                 near_tie_note(passed_check(run, "losslessness.greedy_identical"))):
         if note:
             paragraph.append(note)
     nq = not_qualified_sentence(run, after_smoke=after_smoke)

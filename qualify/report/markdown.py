@@ -20,6 +20,7 @@ from qualify.report.card import (
     status_head,
 )
 from qualify.report.model import Check, LevelResult, Run
+from qualify.report.near_ties import near_tie_items, tolerance_words
 from qualify.report.target import target_revision_note, target_revision_record
 from qualify.util.escape import escape_lines, escape_markdown, markdown_code
 from qualify.util.redact import redact
@@ -224,6 +225,8 @@ def _level_section(level: LevelResult) -> list[str]:
     for c in level.checks:
         if level.name == "paired":
             out += paired_lines(c)
+        if level.name == "losslessness":
+            out += _near_tie_lines(c)
         for file in chart_files(c):
             out += [f"![{escape_markdown(file)}]({file})", ""]
         name = chart_file(c)
@@ -231,6 +234,15 @@ def _level_section(level: LevelResult) -> list[str]:
             out += [f"Per-position draft acceptance (`{c.id}`, bars with their confidence intervals):", "",
                     f"![per-position acceptance]({name})", ""]
     return out
+
+
+def _near_tie_lines(c: Check) -> list[str]:
+    """The divergences the losslessness check judged near-ties, each with both log-probabilities in the target."""
+    items = near_tie_items(c)
+    if not items:
+        return []
+    return [f"Near-ties ({markdown_code(c.id)}: divergences whose two tokens lie close together in the target "
+            f"alone's distribution{tolerance_words(c)}, listed, not failed):", "", *[f"- {item}" for item in items], ""]
 
 
 def _local_server_lines(local: object) -> list[str]:
