@@ -28,16 +28,20 @@ FILES = [
 
 # Server log lines as vLLM 0.32 prints them while the community image loads the NVFP4 target and then (Model
 # Runner V2) the DFlash 2 draft, with the community image's own B12X context K/V projection line; each of the
-# seed profile's [[evidence]] patterns matches one.
+# seed profile's [[evidence]] patterns matches one; the engine line and the attention backends' lines show the
+# launch's engine settings (qualify.serving.engine_config).
 LOAD_LOG = """\
-INFO 08-30 12:00:00 [vllm.py:2706] Initializing a V1 LLM engine (v0.32.0) with config: \
+INFO 08-30 12:00:00 [core.py:134] Initializing a V1 LLM engine (v0.32.0) with config: \
 model='local-inference-lab/GLM-5.3-Flash-NVFP4', speculative_config=SpeculativeConfig(method='dflash', \
-model='/models/draft', num_spec_tokens=7)
+model='/models/draft', num_spec_tokens=7), tensor_parallel_size=4, decode_context_parallel_size=1, \
+kv_cache_dtype=auto, compilation_config={'mode': <CompilationMode.NONE: 0>, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>}
 INFO 08-30 12:00:01 [model.py:733] Resolved architecture: GlmMoeDsaForCausalLM
 INFO 08-30 12:00:01 [model.py:733] Resolved architecture: DFlash2DraftModel
+INFO 08-30 12:00:01 [cuda.py:446] Using AttentionBackendEnum.B12X backend.
 INFO 08-30 12:00:02 [weight_utils.py:1108] Filesystem type for checkpoints: EXT4. Checkpoint size: 283.41 GiB. \
 Available RAM: 1500.00 GiB.
 INFO 08-30 12:00:09 [default_loader.py:501] Loading weights took 95.31 seconds
+INFO 08-30 12:00:10 [cuda.py:446] Using AttentionBackendEnum.FLASH_ATTN backend.
 INFO 08-30 12:00:10 [weight_utils.py:1108] Filesystem type for checkpoints: EXT4. Checkpoint size: 1.20 GiB. \
 Available RAM: 1200.00 GiB.
 INFO 08-30 12:00:10 [__init__.py:982] Using B12xMxfp8LinearKernel for MXFP8 GEMM
@@ -71,10 +75,17 @@ SEED_CHECKS: list[tuple[str, str, dict[str, Any] | None]] = [
 def log_evidence(log: str, level: str, profile: str = SEED) -> dict[str, Any]:
     """What the load suite records for this log: the real check, so the card reads what it writes."""
     from qualify.runtime.log_evidence import check_log_evidence
+    from qualify.serving.engine_config import engine_settings_evidence
 
-    ev = check_log_evidence(log, load_profile(profile), level, draft_folder=_draft_printed_as(log))
+    p = load_profile(profile)
+    ev = check_log_evidence(log, p, level, draft_folder=_draft_printed_as(log))
     assert ev.ok, ev.failure_text()  # a builder that makes failing evidence by accident would test nothing
-    return ev.measured
+    if level != "load":
+        return ev.measured
+    anchor = next((e.after_pattern for e in p.evidence if e.level == "load" and e.after_pattern), None)
+    settings = engine_settings_evidence(log, p.launch_env(), draft_anchor=anchor)
+    assert settings.ok, settings.failure_text()
+    return {**ev.measured, **settings.measured}
 
 
 def _draft_printed_as(log: str) -> Path:

@@ -35,6 +35,15 @@ suites' authors:
   - ``modelopt_mxfp8_detected`` (load), when its line says ModelOpt MXFP8, adds the
     support sentence ("unsupported in vLLM builds that do not contain ... ModelOpt MXFP8").
 
+- **Engine settings** (the layout :func:`qualify.serving.engine_config.engine_settings_evidence` writes): a
+  passed load check's ``measured["engine_settings"]`` maps each setting the launch set (tensor and
+  decode-context parallelism, the attention backends, the speculative method and tokens, the KV cache
+  dtypes, the CUDA graph mode) to its record, whose ``status`` is ``agrees`` only when the runtime's log
+  printed the launch's value. A condition of the card is claimed only when every setting that shows it
+  agrees (:data:`SHOWN_BY`); the rest are listed after :data:`NOT_SHOWN_HEAD`, "set, not shown by the
+  runtime" (with "not applied by the runtime's launcher" where its launcher said so). Without the record,
+  nothing the launch set is claimed.
+
 - **The smoke request**: a passed smoke check records ``measured["completion_tokens"]``
   (int > 0), or ``measured["completions"]``, a list of
   :meth:`qualify.serving.client.Completion.to_dict` records that all have the same
@@ -208,18 +217,60 @@ def source_identity_note(run: Run) -> str | None:
             "revision; prove it (profile digests, a hub cache snapshot or the hub) for a release.")
 
 
+def engine_settings(run: Run) -> dict[str, Any]:
+    """The launch's engine settings as a passed load check read them back from the runtime's log
+    (qualify.serving.engine_config: name -> its record with ``status``); {} when no passed check read them."""
+    for m in passed_measured(run, "load"):
+        record = m.get("engine_settings")
+        if isinstance(record, dict):
+            return record
+    return {}
+
+
 def run_runtime_conditions(run: Run) -> list[str]:
-    """:func:`runtime_conditions` of a run: its profile's conditions and the image it built, if it built one."""
-    return runtime_conditions(run.profile.get("conditions") or {}, run.environment.get("runtime_image_build"))
+    """:func:`runtime_conditions` of a run: its profile's conditions and the image it built, if it built one, each
+    launch setting claimed only where the run's log showed it."""
+    return runtime_conditions(run.profile.get("conditions") or {}, run.environment.get("runtime_image_build"),
+                              shown=engine_settings(run))
 
 
-def runtime_conditions(conditions: dict[str, Any], built: dict[str, Any] | None = None) -> list[str]:
+#: What the conditions the launch set but the runtime's log did not show follow.
+NOT_SHOWN_HEAD = "Set, not shown by the runtime (the launch set these; the runtime's log does not show them):"
+#: The engine settings (qualify.serving.engine_config) that show each launch condition of the card; none: no
+#: vLLM 0.32 statement prints it (the MoE, linear and all-reduce backends; the DFlash linear kernel is an
+#: evidence item of its own).
+SHOWN_BY: dict[str, tuple[str, ...]] = {
+    "parallelism": ("tensor_parallel_size", "decode_context_parallel_size"),
+    "target_attention": ("attention_backend",),
+    "target_others": (),
+    "dflash_attention": ("draft_attention_backend",),
+    "dflash_linear": (),
+    "proposal_length": ("speculative_method", "num_speculative_tokens"),
+    "draft_kv_cache": ("draft_kv_cache_dtype",),
+    "cuda_graph_mode": ("cudagraph_mode",),
+}
+
+
+def _is_shown(key: str, shown: dict[str, Any]) -> bool:
+    names = SHOWN_BY[key]
+    return bool(names) and all(isinstance(shown.get(n), dict) and shown[n].get("status") == "agrees" for n in names)
+
+
+def _not_applied(key: str, shown: dict[str, Any]) -> bool:
+    return any(isinstance(shown.get(n), dict) and shown[n].get("status") == "not applied" for n in SHOWN_BY[key])
+
+
+def runtime_conditions(conditions: dict[str, Any], built: dict[str, Any] | None = None, *,
+                       shown: dict[str, Any] | None = None) -> list[str]:
     """The runtime conditions in the model card's words (target, runtime, hardware, parallelism, backends).
 
     Args:
         conditions: the profile's conditions as the run recorded them.
         built: the run's ``runtime_image_build`` record, when the run built its image here: a profile
             that pins no digest ran the image ID built, and the card names that ID.
+        shown: the launch's engine settings as the runtime's log showed them (:func:`engine_settings`); given,
+            a launch setting is claimed only where they show it, and the rest follow :data:`NOT_SHOWN_HEAD`.
+            None: every condition is listed as the profile sets it.
     """
     c = conditions
     lines = []
@@ -241,10 +292,12 @@ def runtime_conditions(conditions: dict[str, Any], built: dict[str, Any] | None 
         lines.append(f"- Hardware: {number_words(hw['count'])} {hw.get('name') or 'GPU'} GPUs")
     elif hw:
         lines.append("- Hardware: CPU only (no GPU)")
+    # (condition key, line): the launch's settings, each claimed only where the log showed it.
+    launch: list[tuple[str, str]] = []
     par = c.get("parallelism") or {}
     if par and (on_gpus or not hw):
-        lines.append(f"- Parallelism: tensor parallel size {par.get('tensor_parallel_size')} and decode-context "
-                     f"parallel size {par.get('decode_context_parallel_size')}")
+        launch.append(("parallelism", f"- Parallelism: tensor parallel size {par.get('tensor_parallel_size')} and "
+                       f"decode-context parallel size {par.get('decode_context_parallel_size')}"))
     elif par:
         # A CPU runtime is one process: the profile's parallelism was checked against the tensors' shapes by
         # the format level, but no runtime ran it, and a qualified condition must be one a runtime ran under.
@@ -254,26 +307,38 @@ def runtime_conditions(conditions: dict[str, Any], built: dict[str, Any] | None 
     # The GPU backends are launcher settings a CPU runtime cannot apply (its launcher logs them as ignored).
     b = (c.get("backends") or {}) if (on_gpus or not hw) else {}
     target = [b.get(k) for k in ("target_attention", "target_moe", "target_linear", "target_all_reduce")]
-    if target and all(target) and len(set(target)) == 1:
-        lines.append(f"- Target attention, MoE, linear, and tensor-parallel all-reduce: {target[0]}")
+    together = bool(target) and all(target) and len(set(target)) == 1
+    if together and (shown is None or not _is_shown("target_attention", shown)):
+        launch.append(("target_others",
+                       f"- Target attention, MoE, linear, and tensor-parallel all-reduce: {target[0]}"))
+    elif together:
+        launch.append(("target_attention", f"- Target attention: {target[0]}"))
+        launch.append(("target_others", f"- Target MoE, linear, and tensor-parallel all-reduce: {target[0]}"))
     else:
         labels = (("target_attention", "Target attention"), ("target_moe", "Target MoE"),
                   ("target_linear", "Target linear"), ("target_all_reduce", "Target tensor-parallel all-reduce"))
         for key, label in labels:
             if b.get(key):
-                lines.append(f"- {label}: {b[key]}")
+                launch.append(("target_attention" if key == "target_attention" else "target_others",
+                               f"- {label}: {b[key]}"))
     if b.get("dflash_attention"):
-        lines.append(f"- DFlash attention: {b['dflash_attention']}")
+        launch.append(("dflash_attention", f"- DFlash attention: {b['dflash_attention']}"))
     if b.get("dflash_linear"):
-        lines.append(f"- DFlash linear: {b['dflash_linear']}")
+        launch.append(("dflash_linear", f"- DFlash linear: {b['dflash_linear']}"))
     if c.get("proposal_length"):
         n = c["proposal_length"]
-        lines.append(f"- DFlash proposal length: {number_words(n)} token{'s' if n != 1 else ''}")
+        launch.append(("proposal_length", f"- DFlash proposal length: {number_words(n)} token{'s' if n != 1 else ''}"))
     if c.get("draft_kv_cache"):
-        lines.append(f"- DFlash KV cache: {c['draft_kv_cache']}")
+        launch.append(("draft_kv_cache", f"- DFlash KV cache: {c['draft_kv_cache']}"))
     if c.get("cuda_graph_mode") and (on_gpus or not hw):
-        lines.append(f"- CUDA graph mode: {c['cuda_graph_mode']} for the load-and-inference qualification")
-    return lines
+        launch.append(("cuda_graph_mode",
+                       f"- CUDA graph mode: {c['cuda_graph_mode']} for the load-and-inference qualification"))
+    if shown is None:
+        return lines + [line for _, line in launch]
+    lines += [line for key, line in launch if _is_shown(key, shown)]
+    hidden = [line + (" (not applied by the runtime's launcher)" if _not_applied(key, shown) else "")
+              for key, line in launch if not _is_shown(key, shown)]
+    return lines + (["", NOT_SHOWN_HEAD, "", *hidden] if hidden else [])
 
 
 def ran_runtime_levels(run: Run) -> bool:

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from qualify.core import Status
-from qualify.report.card import CARD_WORDING_NOTE, EVIDENCE_HEAD, indefinite_article, validation_status_section
+from qualify.report.card import (
+    CARD_WORDING_NOTE,
+    EVIDENCE_HEAD,
+    NOT_SHOWN_HEAD,
+    indefinite_article,
+    validation_status_section,
+)
 from qualify.report.markdown import summary_lines, validation_status
 from qualify.report.model import Run, write_json
 from tests.helpers import TRACEBACK, run_qualify
@@ -60,7 +66,31 @@ EXPECTED_REQUEST = """\
 The runtime completed a 32-token speculative request. Runtime throughput and CUDA graph performance are not \
 qualified by that smoke test.
 """
-EXPECTED = "\n".join((EXPECTED_STATUS_AND_CONDITIONS, EXPECTED_EVIDENCE, EXPECTED_REQUEST))
+# The card claims a launch setting only where the runtime's log showed it (the engine line and the attention
+# backends' lines, qualify/serving/engine_config.py); the rest of the seed's conditions follow NOT_SHOWN_HEAD,
+# the seed's combined target-backends line split where the log shows the attention backend alone.
+EXPECTED_CARD_CONDITIONS = f"""\
+## Validation status
+
+Status: qualified for checkpoint structure, exact format reproduction, loading, and smoke inference under the \
+following conditions:
+
+- Target: local-inference-lab/GLM-5.3-Flash-NVFP4 revision 520de24eabf507659eaef7c70f14fd584527facc
+- Runtime: voipmonitor/vllm:glm53-flash-nvfp4-dflash2-community-20260830-r5
+- Hardware: four NVIDIA RTX PRO 6000 Blackwell Workstation Edition GPUs
+- Parallelism: tensor parallel size 4 and decode-context parallel size 1
+- Target attention: B12X
+- DFlash attention: FlashAttention 2
+- DFlash proposal length: seven tokens
+- CUDA graph mode: NONE for the load-and-inference qualification
+
+{NOT_SHOWN_HEAD}
+
+- Target MoE, linear, and tensor-parallel all-reduce: B12X
+- DFlash linear: B12X MXFP8
+- DFlash KV cache: auto (BF16)
+"""
+EXPECTED = "\n".join((EXPECTED_CARD_CONDITIONS, EXPECTED_EVIDENCE, EXPECTED_REQUEST))
 #: The seed profile's load items, in its order, with the claim each makes in EXPECTED.
 SEED_CLAIMS = {
     "dflash_speculative_config": "- The engine runs vLLM's DFlash speculator with 7 speculative tokens",
@@ -122,6 +152,12 @@ def test_the_status_and_conditions_are_the_seeds_section_line_by_line():
         assert seed.startswith(piece, at), f"seed differs at {line!r}: seed has {seed[at:at + len(piece) + 20]!r}"
         at += len(piece)
     assert seed[at:].startswith(_squash("The runtime detected ModelOpt MXFP8, selected B12xMxfp8LinearKernel"))
+    # Every condition of the seed is the card's, claimed or set but not shown (the backends' line split in two).
+    card_lines = [x for x in EXPECTED_CARD_CONDITIONS.splitlines() if x.startswith("- ")]
+    split = {"- Target attention: B12X", "- Target MoE, linear, and tensor-parallel all-reduce: B12X"}
+    seed_lines = [x for x in EXPECTED_STATUS_AND_CONDITIONS.splitlines() if x.startswith("- ")]
+    assert sorted(x for x in card_lines if x not in split) == sorted(
+        x for x in seed_lines if x != "- Target attention, MoE, linear, and tensor-parallel all-reduce: B12X")
     # The seed's words the revised evidence does not verify are not the card's; the ones it does verify are.
     card = validation_status_section(seed_run())
     for said in ("detected ModelOpt MXFP8", "loaded 1.20 GB of draft weights", "ModelOpt MXFP8 integration"):
@@ -239,10 +275,50 @@ def test_the_smoke_evidence_is_said_by_the_request_sentence_not_listed():
 def test_render_and_card_share_the_runtime_conditions():
     run = seed_run()
     report_md = validation_status(run).splitlines()
-    conditions = [line for line in EXPECTED_STATUS_AND_CONDITIONS.splitlines() if line.startswith("- ")]
-    assert len(conditions) == 10
+    conditions = [line for line in EXPECTED_CARD_CONDITIONS.splitlines() if line.startswith("- ")]
+    assert len(conditions) == 11 and NOT_SHOWN_HEAD in report_md
     for line in conditions:
         assert line in report_md, line
+
+
+def _conditions(card: str) -> tuple[list[str], list[str]]:
+    """The card's claimed condition lines and those set but not shown."""
+    lines = card.splitlines()
+    head = lines.index(NOT_SHOWN_HEAD) if NOT_SHOWN_HEAD in lines else len(lines)
+    claimed = [x for x in lines[:head] if x.startswith("- ") and lines.index(x) < lines.index(EVIDENCE_HEAD)]
+    end = lines.index("", head + 2) if head < len(lines) else head
+    return claimed, lines[head + 2:end]
+
+
+def test_a_launch_setting_the_log_did_not_show_is_set_not_claimed():
+    # No attention backend line (a runtime that selects its backend silently): both backends move out.
+    log = "\n".join(x for x in LOAD_LOG.splitlines() if "[cuda.py:446]" not in x) + "\n"
+    claimed, hidden = _conditions(validation_status_section(seed_run(load_log=log)))
+    assert not any("attention" in x for x in claimed)
+    assert hidden == ["- Target attention, MoE, linear, and tensor-parallel all-reduce: B12X",
+                      "- DFlash attention: FlashAttention 2", "- DFlash linear: B12X MXFP8",
+                      "- DFlash KV cache: auto (BF16)"]
+    # A load check that recorded no engine settings (an older report): nothing the launch set is claimed.
+    run = seed_run()
+    check = next(c for c in run.level("load").checks if c.id == "load.load_evidence")
+    assert check.evidence is not None
+    del check.evidence.measured["engine_settings"]
+    claimed, hidden = _conditions(validation_status_section(run))
+    assert [x.split(":")[0] for x in claimed] == ["- Target", "- Runtime", "- Hardware"]
+    assert len(hidden) == 7 and hidden[0].startswith("- Parallelism: tensor parallel size 4")
+
+
+def test_a_setting_the_runtime_s_launcher_did_not_apply_says_so():
+    from qualify.profile import load_profile
+    from qualify.report.card import runtime_conditions
+
+    cpu = load_profile("fixture-dflash2-cpu").conditions()
+    shown = {"num_speculative_tokens": {"status": "agrees"}, "speculative_method": {"status": "agrees"},
+             "draft_kv_cache_dtype": {"status": "not applied"}}
+    lines = runtime_conditions(cpu, shown=shown)
+    assert "- DFlash proposal length: seven tokens" in lines[:lines.index(NOT_SHOWN_HEAD)]
+    assert lines[lines.index(NOT_SHOWN_HEAD) + 2:] == [
+        "- DFlash KV cache: auto (not applied by the runtime's launcher)"]
 
 
 # -- never more than the report shows ---------------------------------------------------
