@@ -256,9 +256,11 @@ CATALOGUE: tuple[CheckSpec, ...] = (
            "up; a runtime that cannot load the checkpoint fails here with its own last error.",
            ("started_runtime",)),
     _check("load.load_evidence",
-           "The server log shows every load evidence item of the profile (kernel, format, weight size).",
-           "The server log shows every load evidence item of the profile (the format detected, the kernels chosen, "
-           "the weight size loaded): the runtime loaded the checkpoint the way the release claims.",
+           "The server log shows every required load evidence item of the profile (kernel, architecture, the "
+           "draft's own weight size) and the engine settings the launch set.",
+           "The server log shows every load evidence item of the profile bound to its source (the kernels chosen, "
+           "the draft's weight size as vLLM sizes its pinned files), and no engine setting it prints differs from "
+           "the launch's: the runtime loaded the checkpoint the way the release claims.",
            ("started_runtime",)),
     _check("load.teardown",
            "Every container of the run is removed and none is left (docker ps, label filter).",
