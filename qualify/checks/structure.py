@@ -264,20 +264,38 @@ def _index_shards(root: Path, ev: Evidence) -> set[str] | None:
     return {v for v in weight_map.values() if isinstance(v, str)}
 
 
+#: How vLLM selects a checkpoint's weight files (``DefaultModelLoader._prepare_weights``), for the findings:
+#: the checks account for the weights as it does, so that what they read is what it loads.
+VLLM_WEIGHTS_RULE = ("vLLM loads only the *.safetensors files of the checkpoint's top folder (a glob of that folder, "
+                     f"never a subfolder), and with {INDEX_NAME} only those whose path is the top folder joined "
+                     "with a name the index gives")
+
+
 def _check_safetensors_accounted(root: Path, present: list[str], ev: Evidence) -> None:
-    """Every ``.safetensors`` file is the single weights file, or a shard the index names."""
+    """Every ``.safetensors`` file is the single weights file, or a shard the index names, and in the top folder
+    (:data:`VLLM_WEIGHTS_RULE`): a shard vLLM would not load is tensors the checks read and the runtime never does."""
     weights = [r for r in present if r.endswith(".safetensors")]
     shards = _index_shards(root, ev)
+    for rel in weights:
+        if "/" in rel:
+            ev.add(f"a safetensors file in a subfolder, never loaded: {VLLM_WEIGHTS_RULE}", file=rel)
+    top = [r for r in weights if "/" not in r]
     if shards is None:
-        top = [r for r in weights if "/" not in r]
-        for rel in weights:
-            if "/" in rel:
-                ev.add("a safetensors file in a subfolder: loaders read only the top folder's weights", file=rel)
-            elif len(top) > 1:
+        for rel in top:
+            if len(top) > 1:
                 ev.add(f"one of {len(top)} safetensors files without an index: which tensors load is undefined",
                        file=rel)
         return
-    for rel in weights:
+    for shard in sorted(shards):
+        # A plain file name of the top folder: "weights/x", "./x" and "x/" are never the path vLLM compares with.
+        if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
+            ev.add(f"maps tensors to {shard!r}, which vLLM never loads (the tensors it names would be missing): "
+                   f"{VLLM_WEIGHTS_RULE}", file=INDEX_NAME)
+    if shards and not any(s in top for s in shards):
+        ev.add("names no safetensors file of the top folder, so vLLM loads no weights (it stops: \"Cannot find any "
+               f"model weights\", or \"Weight files referenced in index but missing\"): {VLLM_WEIGHTS_RULE}",
+               file=INDEX_NAME)
+    for rel in top:
         if rel not in shards:
             ev.add(f"a safetensors file that {INDEX_NAME} does not name: its tensors are never checked, "
                    "yet it ships", file=rel)

@@ -4,12 +4,14 @@ A script run with the vLLM CPU venv's python (``tests/data/vllm_file_rules.py``)
 default loader which files of a folder it would load as weights, and vLLM's ModelConfig and
 ModelOpt config class what quantization they read from it. Hostile folders are built here
 (weights under a licence's name, a ``.bak``, nested and hidden copies, an index naming some
-shards, a ``consolidated*.safetensors``, pickles only) and so are hostile quantization configs
-(``ignore`` beside ``exclude_modules``, ``kv_cache_quant_algo`` where vLLM reads
-``kv_cache_scheme``, only hf_quant_config.json, a ``modelopt`` producer). The assertions:
+shards, an index or the only shard pointing into a subfolder, a ``consolidated*.safetensors``,
+pickles only) and so are hostile quantization configs (``ignore`` beside ``exclude_modules``,
+``kv_cache_quant_algo`` where vLLM reads ``kv_cache_scheme``, only hf_quant_config.json, a
+``modelopt`` producer). The assertions:
 
 - every file vLLM would load is one the harness treats as load-relevant (never "never
-  loaded"), and either the harness reads its tensors or it refuses the folder naming it;
+  loaded"), and either the harness reads its tensors or it refuses the folder naming it; where
+  vLLM would load no weights at all, structure.file_list refuses the folder naming vLLM's rule;
 - when vLLM detects ModelOpt MXFP8, the harness's reading of the config vLLM reads has the
   same exclusions and KV-cache algorithm; when it does not (or refuses), format.quant_config fails.
 
@@ -75,6 +77,32 @@ def index_naming_only_model(d: Path) -> None:
     shutil.copyfile(d / WEIGHTS, d / "model-00002-of-00002.safetensors")
 
 
+def index_into(shard: str, *, keep_top: bool):
+    """An index mapping every tensor to ``shard``, the weights moved there (and left in the top folder too with
+    ``keep_top``): the harness's reader follows an index anywhere, vLLM globs the top folder only."""
+
+    def mutate(d: Path) -> None:
+        with Checkpoint.open(d) as ckpt:
+            names = ckpt.names()
+        (d / shard).parent.mkdir(parents=True, exist_ok=True)
+        if (d / shard).resolve() != (d / WEIGHTS).resolve():  # "./model.safetensors" is the top file itself
+            shutil.copyfile(d / WEIGHTS, d / shard)
+        if not keep_top:
+            (d / WEIGHTS).unlink()
+        (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {},
+                                                                    "weight_map": dict.fromkeys(names, shard)}))
+
+    return mutate
+
+
+def only_in(folder: str):
+    def mutate(d: Path) -> None:
+        (d / folder).mkdir()
+        (d / WEIGHTS).rename(d / folder / WEIGHTS)
+
+    return mutate
+
+
 #: Hostile folder listings: the checkpoint as shipped with files added or moved.
 LISTINGS = {
     "as_shipped": lambda d: None,
@@ -88,6 +116,10 @@ LISTINGS = {
     "consolidated": copy_weights("consolidated.safetensors"),
     "pickles_only": replace_weights("pytorch_model.bin", "training_args.bin", "NOTICE.bin"),
     "pt_only": replace_weights("LICENSE.pt"),
+    "index_into_subfolder": index_into("weights/model.safetensors", keep_top=False),
+    "index_into_subfolder_beside_top": index_into("weights/model.safetensors", keep_top=True),
+    "index_dot_slash": index_into("./model.safetensors", keep_top=True),
+    "only_in_subfolder": only_in("weights"),
 }
 
 
@@ -180,7 +212,7 @@ def vllm_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 #: What vLLM 0.32 loads from each listing, pinned so that a vLLM that changed its rules is seen here first.
-VLLM_LOADS = {
+VLLM_LOADS: dict[str, list[str] | str] = {
     "as_shipped": [WEIGHTS],
     "notice_safetensors": [WEIGHTS, "notice.safetensors"],
     "licence_safetensors": ["LICENSE.safetensors", WEIGHTS],
@@ -192,6 +224,11 @@ VLLM_LOADS = {
     "consolidated": ["consolidated.safetensors"],  # auto load format turns "mistral"
     "pickles_only": ["NOTICE.bin", "pytorch_model.bin"],  # training_args.bin filtered as not needed
     "pt_only": ["LICENSE.pt"],
+    # An index or the only shard pointing below the top folder: vLLM loads nothing (its error, not a file list).
+    "index_into_subfolder": "Cannot find any model weights",
+    "index_into_subfolder_beside_top": "Weight files referenced in index but missing",
+    "index_dot_slash": "Weight files referenced in index but missing",
+    "only_in_subfolder": "Cannot find any model weights",
 }
 
 
@@ -211,8 +248,15 @@ def harness_refusals(folder: Path) -> tuple[set[str], set[str] | None]:
 @pytest.mark.parametrize("name", sorted(LISTINGS))
 def test_every_file_vllm_loads_is_load_relevant_and_checked_or_refused(vllm_reads, name):
     folder, loaded = vllm_reads["weights"][name]
+    want = VLLM_LOADS[name]
+    if isinstance(want, str):
+        # vLLM would refuse to start: the structure level must refuse first, naming vLLM's rule.
+        assert loaded["files"] == [] and want in (loaded["error"] or ""), loaded
+        ev = structure.check_file_list(m.load_manifest(folder), folder)
+        assert not ev.ok and any(structure.VLLM_WEIGHTS_RULE in x.message for x in ev.findings), ev.failure_text()
+        return
     assert loaded["error"] is None, loaded
-    assert loaded["files"] == VLLM_LOADS[name]
+    assert loaded["files"] == want
     named, read = harness_refusals(folder)
     for rel in loaded["files"]:
         assert not files.is_never_loaded(rel), f"vLLM loads {rel} but the harness calls it never loaded"

@@ -152,6 +152,62 @@ def test_a_safetensors_file_in_a_subfolder_fails(fixture_copy):
     assert [f for f, _ in file_list(ckpt)] == ["extra/model.safetensors"]
 
 
+def move_weights(ckpt: Path, rel: str, *, index_to: str | None) -> None:
+    """model.safetensors moved to ``rel`` (the manifest says so), with an index mapping every tensor to
+    ``index_to`` (None: no index)."""
+    from qualify.checkpoint.safetensors_io import Checkpoint
+
+    with Checkpoint.open(ckpt) as opened:
+        names = opened.names()
+    (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
+    (ckpt / "model.safetensors").rename(ckpt / rel)
+    data = json.loads((ckpt / M).read_text())
+    data["output"]["files"] = [dict(f, path=rel) if f["path"] == "model.safetensors" else f
+                               for f in data["output"]["files"]]
+    (ckpt / M).write_text(json.dumps(data))
+    if index_to is not None:
+        (ckpt / structure.INDEX_NAME).write_text(json.dumps({"metadata": {}, "weight_map": dict.fromkeys(names,
+                                                                                                        index_to)}))
+        list_in_manifest(ckpt, structure.INDEX_NAME)
+
+
+def test_an_index_mapping_every_tensor_into_a_subfolder_fails_naming_vllms_rule(fixture_copy):
+    # The harness's reader follows the index into weights/; vLLM 0.32 globs the top folder only and finds no
+    # weights ("Cannot find any model weights"): the checks would qualify tensors the runtime never loads.
+    ckpt, _ = fixture_copy
+    move_weights(ckpt, "weights/model.safetensors", index_to="weights/model.safetensors")
+    found = file_list(ckpt)
+    assert [f for f, _ in found] == ["weights/model.safetensors", structure.INDEX_NAME, structure.INDEX_NAME]
+    assert all(structure.VLLM_WEIGHTS_RULE in msg for _, msg in found)
+    assert found[1][1].startswith("maps tensors to 'weights/model.safetensors', which vLLM never loads")
+    assert found[2][1].startswith("names no safetensors file of the top folder, so vLLM loads no weights")
+
+
+@pytest.mark.parametrize("index_to", ["weights/model.safetensors", "./model.safetensors"])
+def test_an_index_naming_the_top_file_by_another_path_fails_though_the_file_is_there(fixture_copy, index_to):
+    # vLLM compares os.path.join(folder, name) with the globbed path as strings: "./x" is not "x".
+    ckpt, _ = fixture_copy
+    move_weights(ckpt, "model.safetensors", index_to=index_to)
+    found = file_list(ckpt)
+    assert (structure.INDEX_NAME, f"maps tensors to {index_to!r}, which vLLM never loads (the tensors it names "
+            f"would be missing): {structure.VLLM_WEIGHTS_RULE}") in found
+    assert ("model.safetensors", "a safetensors file that model.safetensors.index.json does not name: its tensors "
+            "are never checked, yet it ships") in found
+
+
+def test_the_only_shard_in_a_subfolder_without_an_index_fails_naming_vllms_rule(fixture_copy):
+    ckpt, _ = fixture_copy
+    move_weights(ckpt, "sub/model.safetensors", index_to=None)
+    assert file_list(ckpt) == [("sub/model.safetensors", "a safetensors file in a subfolder, never loaded: "
+                                + structure.VLLM_WEIGHTS_RULE)]
+
+
+def test_an_index_naming_the_top_file_passes(fixture_copy):
+    ckpt, _ = fixture_copy
+    move_weights(ckpt, "model.safetensors", index_to="model.safetensors")
+    assert file_list(ckpt) == []
+
+
 @pytest.mark.parametrize("shape", ["absolute", "relative", "dir", "chain", "readme", "broken", "loop"])
 def test_no_link_may_leave_the_checkpoint_listed_or_not(fixture_copy, tmp_path, shape):
     ckpt, src = fixture_copy
