@@ -15,6 +15,12 @@ quiet behaviours that would make a verdict lie about what it checked:
 
 Revisions must be 40-hex commits; a branch name is a moving target. Tokens are never
 put into messages (:mod:`qualify.util.redact`).
+
+Which hub answered is part of what a proof proves: ``HF_ENDPOINT`` may name a mirror or a
+local server, whose metadata says whatever its operator wrote. :func:`normalize_endpoint` is
+the one spelling of an endpoint that runs record and the release policy names (scheme and host
+in lower case, no user-info, query or fragment: a token never reaches a record), and
+:func:`run_endpoint` the endpoint this process's client asks.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from qualify.checkpoint.checksums import sha256_files
 from qualify.core import Evidence
@@ -36,6 +43,41 @@ from qualify.util.redact import redact
 _TRUE = {"1", "on", "yes", "true"}
 ONLINE = "online"
 CACHE_ONLY = "cache-only"
+#: The public Hugging Face Hub, as :func:`normalize_endpoint` spells it (huggingface_hub's default endpoint).
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+def normalize_endpoint(url: str, what: str = "HF_ENDPOINT") -> str:
+    """``url`` as runs record a hub endpoint: ``scheme://host[:port][/path]``, lower-case scheme and host, the
+    default port, trailing slashes, user-info, query and fragment dropped (a credential there never reaches a
+    report, a statement or a message).
+
+    Raises:
+        UsageError: not an http(s) URL with a host, naming ``what``.
+    """
+    try:
+        parts = urlsplit(str(url).strip())
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(f"{what} {redact(str(url))!r} is not a URL ({exc})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{what} {redact(str(url))!r} is not an http(s) URL naming a host")
+    host = parts.hostname.lower()
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    if port is not None and port != (443 if scheme == "https" else 80):
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}{parts.path.rstrip('/')}"
+
+
+def run_endpoint(endpoint: str | None = None) -> str:
+    """The hub endpoint this process's client asks, normalized: ``endpoint``, else ``HF_ENDPOINT`` as the
+    environment says now, else huggingface_hub's (the public hub unless it was imported with another)."""
+    from huggingface_hub import constants
+
+    return normalize_endpoint(endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT or DEFAULT_ENDPOINT,
+                              "the hub endpoint" if endpoint else "HF_ENDPOINT")
 
 
 @dataclass(frozen=True)
@@ -56,15 +98,20 @@ class HubAccess:
     """How this process reaches the hub, stated explicitly for the evidence."""
 
     mode: str  # ONLINE or CACHE_ONLY
-    endpoint: str
+    endpoint: str  # as the client is given it (it may carry credentials): never recorded or shown as such
     offline_env: bool  # HF_HUB_OFFLINE as the environment says now
     offline_at_import: bool  # as huggingface_hub read it when it was imported (what the client obeys)
     token_present: bool  # a token is configured; its value is never recorded
     cache_dir: str | None
     reason: str
 
+    @property
+    def name(self) -> str:
+        """The endpoint as records and messages name it (:func:`normalize_endpoint`)."""
+        return normalize_endpoint(self.endpoint)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "endpoint": redact(self.endpoint), "offline_env": self.offline_env,
+        return {"mode": self.mode, "endpoint": self.name, "offline_env": self.offline_env,
                 "offline_at_import": self.offline_at_import, "token_present": self.token_present,
                 "cache_dir": self.cache_dir, "reason": self.reason}
 
@@ -93,6 +140,8 @@ def hub_access(*, endpoint: str | None = None, cache_dir: Path | None = None) ->
     env_offline = _is_true(os.environ.get("HF_HUB_OFFLINE")) or _is_true(os.environ.get("TRANSFORMERS_OFFLINE"))
     import_offline = bool(constants.HF_HUB_OFFLINE)
     url = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    # A malformed endpoint is refused here, before the client is given it.
+    named = normalize_endpoint(url, "the hub endpoint" if endpoint else "HF_ENDPOINT")
     if env_offline and import_offline:
         mode, reason = CACHE_ONLY, "HF_HUB_OFFLINE is set: the hub is not consulted"
     elif import_offline:
@@ -102,7 +151,7 @@ def hub_access(*, endpoint: str | None = None, cache_dir: Path | None = None) ->
         mode, reason = CACHE_ONLY, ("HF_HUB_OFFLINE was set after huggingface_hub was imported; the harness honours "
                                     "it: the hub is not consulted")
     else:
-        mode, reason = ONLINE, f"online: metadata and files come from {url}"
+        mode, reason = ONLINE, f"online: metadata and files come from {named}"
     return HubAccess(mode=mode, endpoint=url, offline_env=env_offline, offline_at_import=import_offline,
                      token_present=bool(get_token()), cache_dir=str(cache_dir) if cache_dir else None,
                      reason=reason)
@@ -126,19 +175,19 @@ def _hub_error(exc: Exception, repo: str, revision: str, access: HubAccess) -> H
 
     first = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
     if isinstance(exc, RevisionNotFoundError):
-        return HubError(f"{repo}: revision {revision} does not exist on {access.endpoint} (deleted or force-pushed "
+        return HubError(f"{repo}: revision {revision} does not exist on {access.name} (deleted or force-pushed "
                         "away?)")
     if isinstance(exc, GatedRepoError):
         return HubError(f"{repo}: gated; the configured token has no access ({first})")
     if isinstance(exc, RepositoryNotFoundError):
-        return HubError(f"{repo}: repository not found on {access.endpoint}, or private and no valid token ({first})")
+        return HubError(f"{repo}: repository not found on {access.name}, or private and no valid token ({first})")
     if isinstance(exc, RemoteEntryNotFoundError):
         return HubError(f"{repo}@{revision}: a file is missing on the hub ({first})")
     if isinstance(exc, OfflineModeIsEnabled):
         err = HubError(f"{repo}@{revision}: huggingface_hub is in offline mode in this process ({first})")
         err.unreachable = True
         return err
-    err = HubError(f"{repo}@{revision}: the hub at {access.endpoint} could not be reached or answered an error "
+    err = HubError(f"{repo}@{revision}: the hub at {access.name} could not be reached or answered an error "
                     f"({type(exc).__name__}: {first}); not falling back to the cache silently (set "
                     "HF_HUB_OFFLINE=1 to work from the cache, and the evidence will say cache-only)")
     # An HTTP error other than the ones above (a 5xx, a proxy's 403) is no answer about the repository either.

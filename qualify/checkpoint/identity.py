@@ -143,9 +143,11 @@ def blob_findings(rel: str, blob_name: str, sha256: str, git_sha1: str) -> str |
 
 
 def hub_findings(
-    local: Mapping[str, tuple[str, str, int]], hub_files: Mapping[str, Any], commit: str
+    local: Mapping[str, tuple[str, str, int]], hub_files: Mapping[str, Any], commit: str, *,
+    folder: str = "the source folder",
 ) -> list[tuple[str, str | None]]:
-    """Local files {path: (sha256, git blob sha1, size)} against the hub's {path: HubFile} at ``commit``."""
+    """Local files {path: (sha256, git blob sha1, size)} against the hub's {path: HubFile} at ``commit``;
+    ``folder`` names the local folder in the findings."""
     out: list[tuple[str, str | None]] = []
     if not hub_files:
         out.append((f"the hub lists no files at {commit}", None))
@@ -166,7 +168,7 @@ def hub_findings(
             out.append((f"the hub gives no digest for it at {commit}", path))
     for path in sorted(set(hub_files) - set(local)):
         if PurePosixPath(path).name.lower().endswith(_LOAD_RELEVANT):
-            out.append((f"in the hub's repository at {commit} but missing from the source folder", path))
+            out.append((f"in the hub's repository at {commit} but missing from {folder}", path))
     return out
 
 

@@ -209,6 +209,11 @@ class Profile:
         return dict((self.data.get("source") or {}).get("sha256") or {})
 
     @cached_property
+    def target_sha256(self) -> dict[str, str]:
+        """``[target.sha256]``: the sha256 each file of a mounted target snapshot must have ({} when not pinned)."""
+        return dict((self.data.get("target") or {}).get("sha256") or {})
+
+    @cached_property
     def allowed_config_changes(self) -> tuple[str, ...]:
         """``[source] allowed_config_changes``: config.json key paths the conversion may change besides its
         quantization config."""
@@ -245,6 +250,9 @@ class Profile:
             bootstrap_seed=int(a.get("bootstrap_seed", 0)),
             request_timeout_s=float(a.get("request_timeout_s", DEFAULT_REQUEST_TIMEOUT_S)),
             prompts_sha256=a.get("prompts_sha256"),
+            pilot_rate=float(a["pilot_rate"]) if "pilot_rate" in a else None,
+            pilot_spread=float(a["pilot_spread"]) if "pilot_spread" in a else None,
+            pilot_source=a.get("pilot_source"),
         )
 
     @cached_property

@@ -207,3 +207,53 @@ def test_the_token_is_used_but_never_reported(tmp_path: Path, monkeypatch: pytes
         assert TOKEN not in text
     assert f"Bearer {MASK}" in caplog.text  # the echoed header reached the log, masked
     assert not unknown.ok and "repository not found" in unknown.failure_text()
+
+
+# ------------------------------------------------------------------ which hub answered
+
+
+@pytest.mark.parametrize(("given", "named"), [
+    ("https://huggingface.co", hub.DEFAULT_ENDPOINT),
+    ("https://HuggingFace.co:443/", hub.DEFAULT_ENDPOINT),
+    (f"https://user:{TOKEN}@mirror.example.org/hf/?token={TOKEN}#x", "https://mirror.example.org/hf"),
+    ("http://127.0.0.1:8080//", "http://127.0.0.1:8080"),
+    ("http://[::1]:9000", "http://[::1]:9000"),
+])
+def test_an_endpoint_is_recorded_in_one_spelling_without_credentials(given: str, named: str) -> None:
+    assert hub.normalize_endpoint(given) == named
+    assert TOKEN not in hub.normalize_endpoint(given)
+
+
+@pytest.mark.parametrize("bad", ["huggingface.co", "ftp://huggingface.co", "https://", "http://host:notaport"])
+def test_an_endpoint_that_is_not_an_http_url_is_a_usage_error_naming_it(bad: str) -> None:
+    with pytest.raises(UsageError, match="HF_ENDPOINT"):
+        hub.normalize_endpoint(bad)
+
+
+def test_the_run_endpoint_follows_hf_endpoint_and_defaults_to_the_public_hub(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://huggingface.co")
+    assert hub.run_endpoint() == hub.DEFAULT_ENDPOINT
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{TOKEN}@127.0.0.1:5555/")
+    assert hub.run_endpoint() == "http://127.0.0.1:5555"
+    monkeypatch.setenv("HF_ENDPOINT", "not a url")
+    with pytest.raises(UsageError, match="HF_ENDPOINT"):
+        hub.hub_access()
+
+
+def test_the_access_record_names_the_local_hub_that_answered_and_no_credentials(
+        stand_in: StandinHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The client is given the endpoint as configured (user-info and all); the record and messages never are.
+    host = stand_in.url.split("://", 1)[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{TOKEN}@{host}/")
+    access = hub.hub_access()
+    rev = hub.resolve(REPO, PINNED, access=access)
+    assert rev.commit == PINNED
+    assert access.to_dict()["endpoint"] == stand_in.url.rstrip("/") == access.name
+    assert TOKEN not in json.dumps(access.to_dict()) and TOKEN not in access.reason
+    with pytest.raises(errors.HubError) as caught:
+        hub.resolve(REPO, GONE, access=access)
+    assert access.name in str(caught.value) and TOKEN not in str(caught.value)
