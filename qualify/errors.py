@@ -180,6 +180,12 @@ class UnpinnedLaunch(RuntimeFailure):
     """A moving reference (empty revision or digest) without ``allow_unpinned``."""
 
 
+class LaunchMismatch(HarnessError):
+    """``qualify preflight``: an arm's launch does not ask vLLM for what the arm means (each finding names the
+    arm, the launcher variable and both values), or never reaches vLLM. The launch configuration or the
+    image's launcher is wrong, never the checkpoint."""
+
+
 class PortInUse(HarnessError):
     """Something already answers on the endpoint's port: the machine's state, not the checkpoint's fault."""
 

@@ -29,7 +29,7 @@ DEFAULT_REPORTS = Path("reports")
 
 #: The subcommand modules, in the order ``qualify --help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = ("run", "check", "convert", "gate", "publish", "card", "diff", "profile_diff",
-                                     "profile_check", "serve")
+                                     "profile_check", "serve", "preflight")
 
 
 def parser_for(sub: argparse._SubParsersAction, name: str, *, help: str, description: str) -> argparse.ArgumentParser:

@@ -223,13 +223,19 @@ class RuntimeSession:
         if self._current == role:
             self._current = None
 
-    def _start_companion(self, role: str, index: int) -> c.RuntimeContainer | None:
-        """Start ``role``'s container; None (the failure kept for its checks) when it cannot start."""
+    def arm_plan(self, role: str, index: int) -> plans.LaunchPlan:
+        """The launch plan of arm ``role``, the run's ``index``-th engine: the checkpoint's own plan, or its
+        companion's derived from it. The one derivation both the run and ``qualify preflight`` launch."""
+        if role == comp.CHECKPOINT:
+            return self.plan
         plan = comp.companion_plan(self.plan, role, port=free_port(self.plan.host), source=self.companion_roles[role],
                                    published=self.published)
         core = comp.core_of(index, self._cores)
-        if core is not None:
-            plan = comp.bind_core(plan, core)
+        return comp.bind_core(plan, core) if core is not None else plan
+
+    def _start_companion(self, role: str, index: int) -> c.RuntimeContainer | None:
+        """Start ``role``'s container; None (the failure kept for its checks) when it cannot start."""
+        plan = self.arm_plan(role, index)
         runtime = c.RuntimeContainer(self.client, plan, log_path=self.log_dir / f"server-{role}.log")
         self.companions[role] = runtime
         self._arm_started(role, runtime)

