@@ -105,10 +105,24 @@ def gate(argv: list[str]) -> tuple[int, list[str]]:
     return code, out.getvalue().splitlines()
 
 
+def judge(args: argparse.Namespace, checkpoint: Path, evidence: Path) -> tuple[int, list[str]]:
+    """The gate on ``checkpoint`` with the run's evidence in ``evidence``, then, where it passed, report.md
+    against the signed report.json it was rendered from (the one evidence file the attestation does not
+    name): (the exit code, the lines to print)."""
+    from qualify.release.publish import rendering_refusal
+
+    code, lines = gate(gate_argv(args, checkpoint, evidence))
+    if code == EXIT_QUALIFIED:
+        problem = rendering_refusal(evidence)
+        if problem is not None:
+            # The gate's pass line would read as a verdict on the whole release; this refusal replaces it.
+            code, lines = EXIT_NOT_QUALIFIED, [escape_terminal(f"refused: {problem}")]
+    return code, lines
+
+
 def run(args: argparse.Namespace) -> int:
     from qualify.checkpoint.files import EVIDENCE_FOLDER
     from qualify.errors import PublishRefused, UsageError
-    from qualify.release.attestation import ATTESTATION_NAME
     from qualify.release.publish import check_branch, check_repo_id, download, online_endpoint, release_files, upload
 
     check_repo_id(args.repo)
@@ -124,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NOT_QUALIFIED
     online_endpoint(args.repo)
 
-    code, lines = gate(gate_argv(args, args.checkpoint, args.run_dir))
+    code, lines = judge(args, args.checkpoint, args.run_dir)
     print("\n".join(lines))
     if code != EXIT_QUALIFIED:
         print(escape_terminal(f"refused: the gate refused the release of {args.checkpoint} with the run {args.run_dir} "
@@ -139,15 +153,10 @@ def run(args: argparse.Namespace) -> int:
                           f"the evidence under qualification/{removed}): {done.url}"))
     with tempfile.TemporaryDirectory(prefix="qualify-published-") as fresh:
         snapshot = download(done, Path(fresh))
-        evidence = snapshot / EVIDENCE_FOLDER
-        if not (evidence / ATTESTATION_NAME).is_file():
-            code, lines = EXIT_NOT_QUALIFIED, [f"refused: {EVIDENCE_FOLDER}/{ATTESTATION_NAME} is missing from the "
-                                               "commit as downloaded"]
-        else:
-            try:
-                code, lines = gate(gate_argv(args, snapshot, evidence))
-            except UsageError as exc:  # a file the commit should hold is absent or not a regular file there
-                code, lines = EXIT_NOT_QUALIFIED, [escape_terminal(f"refused: {exc}")]
+        try:
+            code, lines = judge(args, snapshot, snapshot / EVIDENCE_FOLDER)
+        except UsageError as exc:  # an evidence file the commit should hold is absent or not a regular file there
+            code, lines = EXIT_NOT_QUALIFIED, [escape_terminal(f"refused: the commit as downloaded: {exc}")]
         print("\n".join(lines))
     if code != EXIT_QUALIFIED:
         print(escape_terminal(f"refused: PUBLISHED BUT NOT VERIFIED: {done.repo}@{done.revision} commit {done.commit}, "

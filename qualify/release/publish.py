@@ -117,6 +117,30 @@ def release_files(checkpoint: Path, run_dir: Path) -> tuple[Upload, ...]:
         Upload(path, run_dir / name) for name, path in EVIDENCE)
 
 
+def rendering_refusal(evidence: Path) -> str | None:
+    """Why ``report.md`` in ``evidence`` is not the rendering of the ``report.json`` beside it, or None.
+
+    The attestation signs report.json but does not name report.md, which the run renders from it
+    (:func:`qualify.report.markdown.render_markdown`, deterministic); an edited or swapped report.md
+    would show the release's readers another verdict than the one signed. Read after the gate has
+    verified report.json as the signed one.
+    """
+    from qualify.errors import QualifyError
+    from qualify.report.markdown import render_markdown
+    from qualify.report.model import read_json
+
+    markdown = Path(evidence) / "report.md"
+    try:
+        expected = render_markdown(read_json(Path(evidence) / REPORT))
+        text = markdown.read_text(encoding="utf-8")
+    except (QualifyError, OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        return f"{markdown} cannot be compared with the signed {REPORT}: {exc}"
+    if text != expected:
+        return (f"{markdown} is not the rendering of the signed {REPORT} (edited, or another run's): the release "
+                "would show its readers other words than the ones signed; use the run folder's own report.md")
+    return None
+
+
 def stale_files(existing: Sequence[str], uploads: Sequence[Upload]) -> tuple[str, ...]:
     """The files of the branch a release deletes: every one it does not upload, but the hub's ``.gitattributes``."""
     new = {u.path_in_repo for u in uploads}
