@@ -127,6 +127,16 @@ def enforced_target(revision: str | None, method: str = "pinned-snapshot") -> di
             "variable": "MODEL_REVISION" if method == "launcher-env" else None, "snapshot": None, "reason": None}
 
 
+def target_proof(repo: str | None, revision: str | None, method: str | None = "hub",
+                 hub_endpoint: str | None = "https://huggingface.co") -> dict[str, Any]:
+    """The report's environment.target_identity (qualify.checkpoint.target_identity.TargetProof.to_dict): the
+    mounted target snapshot's files proven to be ``revision`` by ``method`` (None: not proven)."""
+    verified = method is not None
+    return {"repo": repo, "revision": revision, "verified": verified, "method": method,
+            "hub_endpoint": hub_endpoint if method == "hub" else None, "files": 3, "bytes": 1_000, "hash_seconds": 0.5,
+            "findings": [], "reason": "compared: they agree" if verified else "only claimed: the hub was not consulted"}
+
+
 def make_run(profile: str = SEED, *, run_id: str = "r-1", files: list[dict[str, Any]] | None = None,
              revision: str | None = DRAFT_REVISION) -> Run:
     p = load_profile(profile)
@@ -140,7 +150,10 @@ def make_run(profile: str = SEED, *, run_id: str = "r-1", files: list[dict[str, 
         source={"path": "/src", "files": [{"path": "model.safetensors", "sha256": "5" * 64, "size": 2_400_000_000}],
                 "identity": verified_identity(p.source_repo, p.source_revision)},
         environment={"python": "3.11.7", "platform": "Linux", "packages": {"torch": "2.13.0"},
-                     "runtime": {"plan": {"target_revision_enforcement": target}}},
+                     "runtime": {"plan": {"target_revision_enforcement": target}},
+                     "hub_endpoint": "https://huggingface.co",
+                     "target_identity": target_proof(p.target.repo if p.target else None,
+                                                     p.target.revision if p.target else None)},
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 from qualify.report.card import validation_status_section
 from qualify.report.markdown import render_markdown, summary_lines
 from qualify.report.target import NO_RECORD, NO_RUNTIME, target_revision_note, target_revision_record
-from tests.run_builders import enforced_target, seed_run
+from tests.run_builders import enforced_target, seed_run, target_proof
 
 TARGET_REV = "520de24eabf507659eaef7c70f14fd584527facc"
 REASON = "the launcher takes no target revision variable"
@@ -40,6 +40,30 @@ def test_an_enforced_record_is_read_as_written() -> None:
 def test_anything_but_an_enforced_record_reads_as_not_enforced(environment: dict[str, Any], reason: str) -> None:
     record = target_revision_record(environment)
     assert record["enforced"] is False and record["reason"] == reason
+
+
+def test_a_pinned_snapshot_enforces_the_revision_only_where_its_files_were_proven_to_be_it() -> None:
+    snapshot = enforced_target(TARGET_REV, "pinned-snapshot")
+    proven = target_proof("org/target", TARGET_REV, "hub", "https://huggingface.co")
+    record = target_revision_record({**env_with(snapshot), "target_identity": proven})
+    assert record["enforced"] is True
+    assert record["identity"] == {"method": "hub", "hub_endpoint": "https://huggingface.co"}
+    # A folder laid out as snapshots/<revision> with no proof recorded: its name proves nothing.
+    record = target_revision_record(env_with(snapshot))
+    assert record["enforced"] is False and record["reason"] == (
+        f"the mounted target snapshot is named revision {TARGET_REV}, but the run recorded no proof that its files "
+        "are that revision (a folder's name proves nothing)")
+    unproven = {**target_proof("org/target", TARGET_REV, None), "findings": ["config.json: size is 33"]}
+    record = target_revision_record({**env_with(snapshot), "target_identity": unproven})
+    assert record["enforced"] is False
+    assert record["reason"].startswith(f"the mounted target snapshot's files were not proven to be revision "
+                                       f"{TARGET_REV}: only claimed: the hub was not consulted (config.json: size is "
+                                       "33); pin them in the profile ([target.sha256])")
+    other = target_proof("org/target", "8" * 40)
+    record = target_revision_record({**env_with(snapshot), "target_identity": other})
+    assert record["enforced"] is False and f"proven to be revision '{'8' * 40}', not {TARGET_REV}" in record["reason"]
+    # A launcher revision variable needs no snapshot proof: the runtime fetches that revision itself.
+    assert target_revision_record(env_with(enforced_target(TARGET_REV, "launcher-env")))["enforced"] is True
 
 
 def test_an_enforced_record_without_a_revision_or_method_is_not_believed() -> None:
