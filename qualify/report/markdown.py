@@ -11,22 +11,21 @@ from qualify.report.card import (
     join_words,
     ran_runtime_levels,
     reproducibility_note,
-    run_runtime_conditions,
-    runtime_conditions,
     source_identity_note,
     source_lines,
     stand_in_levels,
     stand_in_note,
     status_head,
 )
+from qualify.report.conditions import run_runtime_conditions, runtime_conditions
 from qualify.report.model import Check, LevelResult, Run
 from qualify.report.near_ties import near_tie_items, tolerance_words
 from qualify.report.target import target_revision_note, target_revision_record
 from qualify.util.escape import escape_lines, escape_markdown, markdown_code
 from qualify.util.redact import redact
 
-# checkpoint_conditions and runtime_conditions live in qualify.report.card (the card and report.md
-# share them); they stay importable from here for callers that knew them here.
+# checkpoint_conditions lives in qualify.report.card, runtime_conditions in qualify.report.conditions (the card
+# and report.md share them); they stay importable from here for callers that knew them here.
 __all__ = ["chart_files", "checkpoint_conditions", "condition_lines", "paired_lines", "render_markdown",
            "runtime_conditions", "speedup_callout", "summary_lines", "validation_status"]
 
