@@ -27,6 +27,7 @@ and stay with the plugin.
 from __future__ import annotations
 
 import enum
+import errno
 from collections.abc import Sequence
 
 
@@ -156,6 +157,46 @@ class DockerUnavailable(HarnessError):
     """No Docker engine answers."""
 
 
+class ResourceExhausted(HarnessError):
+    """The machine ran out of something the harness needs (file descriptors, disk, memory) while it worked.
+
+    Never the checkpoint's fault: a file that cannot be opened because the process has no descriptor
+    left says nothing about the file. :func:`exhausted` makes one from the ``OSError`` that said so.
+    """
+
+
+#: The errno values that mean the machine ran out of something, and what each ran out of.
+EXHAUSTED_RESOURCES: dict[int, str] = {
+    errno.EMFILE: "file descriptors (this process's limit, ulimit -n)",
+    errno.ENFILE: "file descriptors (the system's limit)",
+    errno.ENOSPC: "disk space",
+    errno.EDQUOT: "disk quota",
+    errno.ENOMEM: "memory",
+}
+
+
+def exhausted(exc: BaseException, doing: str) -> ResourceExhausted | None:
+    """The harness fault an ``OSError`` stands for when it says a resource ran out (None for any other error).
+
+    ``doing`` says what the harness was doing ("reading the pinned copy's config.json"), so the one
+    line the user sees names both the cause and where it struck.
+    """
+    if not isinstance(exc, OSError) or exc.errno not in EXHAUSTED_RESOURCES:
+        return None
+    return ResourceExhausted(f"the machine ran out of {EXHAUSTED_RESOURCES[exc.errno]} while {doing}: "
+                             f"{exc.strerror or exc}", hint="a fault of the machine, not of the checkpoint: free "
+                             "the resource (or raise the limit) and run again")
+
+
+class ContainerKilled(HarnessError):
+    """A runtime container was killed from outside: for memory (Docker's OOMKilled) or by a signal the harness
+    did not send. The machine's doing, not the checkpoint's; ``log_tail`` holds its last log lines."""
+
+    def __init__(self, message: str, *, log_tail: Sequence[str] = (), hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.log_tail = list(log_tail)
+
+
 class RuntimeFailure(NotQualifiedError):
     """The runtime could not be launched or did not become ready; ``log_tail`` holds its last log lines.
 
@@ -187,7 +228,12 @@ class LaunchMismatch(HarnessError):
 
 
 class PortInUse(HarnessError):
-    """Something already answers on the endpoint's port: the machine's state, not the checkpoint's fault."""
+    """Something already answers on the endpoint's port, or took it before the runtime bound it: the machine's
+    state, not the checkpoint's fault. ``port`` names it where known."""
+
+    def __init__(self, message: str, *, port: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.port = port
 
 
 class ContainerExited(RuntimeFailure):

@@ -22,7 +22,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TypeVar
 
-from qualify.errors import CheckpointError
+from qualify.errors import CheckpointError, exhausted
 from qualify.util.progress import StepProgress
 
 T = TypeVar("T")
@@ -53,7 +53,7 @@ def _hash(path: Path, label: str, chunk_size: int, advance: Callable[[int], None
                     advance(n)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise CheckpointError(f"cannot read: {reason}", file=label) from None
+        raise exhausted(exc, f"hashing {label}") or CheckpointError(f"cannot read: {reason}", file=label) from None
     return h.hexdigest()
 
 
@@ -139,7 +139,8 @@ def sha256_files(
         try:
             st = os.stat(p)
         except OSError as exc:
-            raise CheckpointError(f"cannot read: {exc.strerror or exc}", file=label) from None
+            raise exhausted(exc, f"hashing {label}") or CheckpointError(f"cannot read: {exc.strerror or exc}",
+                                                                         file=label) from None
         if not stat.S_ISREG(st.st_mode):
             # A FIFO would block the reader forever; a directory cannot be read at all.
             raise CheckpointError("cannot read: not a regular file", file=label)

@@ -24,17 +24,19 @@ named by its content's digest.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from qualify.checkpoint.checksums import DEFAULT_CHUNK, sha256_files
 from qualify.checkpoint.files import FileEntry, blob_name_problem, hub_repo_of, list_checkpoint_files, storage_roots
 from qualify.core import Evidence
-from qualify.errors import CheckpointError, HarnessError
+from qualify.errors import CheckpointError, HarnessError, exhausted
 
 
 @dataclass(frozen=True)
@@ -63,37 +65,112 @@ class PinnedFolder:
         return [{"path": f.path, "sha256": f.sha256, "size": f.size} for f in self.files]
 
 
+def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
+    """(start, end) of each stretch of ``fd`` that holds data; the rest are holes (read as zeros, stored as none).
+
+    Where the file system cannot tell (no ``SEEK_DATA``), the whole file is one stretch of data.
+    """
+    if size == 0:
+        return []
+    if not hasattr(os, "SEEK_DATA"):
+        return [(0, size)]
+    regions: list[tuple[int, int]] = []
+    pos = 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # nothing but a hole from pos to the end
+                    break
+                raise
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+            if end <= start:
+                break
+            regions.append((start, end))
+            pos = end
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+            return [(0, size)]
+        raise
+    return regions
+
+
+def _hash_zeros(h: Any, n: int, zeros: memoryview) -> None:
+    while n > 0:
+        k = min(n, len(zeros))
+        h.update(zeros[:k])
+        n -= k
+
+
 def _copy_hashed(src_fd: int, dest: Path, label: str) -> tuple[str, int]:
-    """Copy an open file into ``dest`` (created, never overwritten); the sha256 and size of the bytes written."""
+    """Copy an open file into ``dest`` (created, never overwritten); the sha256 and size of the bytes written.
+
+    Sparse where the source is: a hole (a never-written stretch, e.g. a card truncated to 2 GiB), and any
+    chunk of zeros, is hashed as the zeros it reads as but not written, so a mostly empty 1 TB file costs no
+    disk. The copy reads back byte for byte as the source.
+    """
     h = hashlib.sha256()
     buf = bytearray(DEFAULT_CHUNK)
     view = memoryview(buf)
+    zero_bytes = bytes(DEFAULT_CHUNK)
+    zeros = memoryview(zero_bytes)
     size = 0
     try:
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError as exc:
-        raise HarnessError(f"{dest}: cannot write the run's copy of the checkpoint: {exc.strerror or exc}") from None
+        raise exhausted(exc, f"writing the run's copy of the checkpoint ({dest})") or HarnessError(
+            f"{dest}: cannot write the run's copy of the checkpoint: {exc.strerror or exc}") from None
     try:
-        while True:
-            try:
-                n = os.readv(src_fd, [view])
-            except OSError as exc:
-                raise CheckpointError(f"cannot read: {exc.strerror or exc}", file=label) from None
-            if not n:
-                break
-            h.update(view[:n])
-            written = 0
-            while written < n:
+        try:
+            length = os.fstat(src_fd).st_size
+            regions = _data_regions(src_fd, length)
+        except OSError as exc:
+            raise exhausted(exc, f"reading {label} to pin it") or CheckpointError(
+                f"cannot read: {exc.strerror or exc}", file=label) from None
+        for start, end in regions:
+            _hash_zeros(h, start - size, zeros)
+            size = start
+            os.lseek(src_fd, start, os.SEEK_SET)
+            while size < end:
                 try:
-                    written += os.write(out, view[written:n])
+                    n = os.readv(src_fd, [view[:min(len(view), end - size)]])
                 except OSError as exc:
-                    raise HarnessError(f"{dest}: cannot write the run's copy of the checkpoint (a full disk?): "
-                                       f"{exc.strerror or exc}") from None
-            size += n
+                    raise exhausted(exc, f"reading {label} to pin it") or CheckpointError(
+                        f"cannot read: {exc.strerror or exc}", file=label) from None
+                if not n:
+                    break  # shorter than when it was measured: the caller's size check names the change
+                chunk = view[:n]
+                h.update(chunk)
+                # A full chunk compares as bytes (memcmp); a short last one is written whatever it holds.
+                if n < len(buf) or buf != zero_bytes:
+                    _write_at(out, chunk, size, dest)
+                size += n
+            if size < end:
+                break
+        else:
+            # The hole after the last data reads as zeros too, as far as the length measured at the start.
+            _hash_zeros(h, length - size, zeros)
+            size = length
+        try:
+            os.ftruncate(out, size)  # the holes left unwritten, up to the end
+        except OSError as exc:
+            raise exhausted(exc, f"writing the run's copy of the checkpoint ({dest})") or HarnessError(
+                f"{dest}: cannot write the run's copy of the checkpoint: {exc.strerror or exc}") from None
     finally:
         os.close(out)
     os.chmod(dest, 0o444)
     return h.hexdigest(), size
+
+
+def _write_at(out: int, chunk: memoryview, offset: int, dest: Path) -> None:
+    written = 0
+    while written < len(chunk):
+        try:
+            written += os.pwrite(out, chunk[written:], offset + written)
+        except OSError as exc:
+            raise exhausted(exc, f"writing the run's copy of the checkpoint ({dest})") or HarnessError(
+                f"{dest}: cannot write the run's copy of the checkpoint: {exc.strerror or exc}") from None
 
 
 def _unchanged(before: os.stat_result, after: os.stat_result) -> bool:
@@ -134,6 +211,9 @@ def pin_folder(origin: Path, copy: Path) -> PinnedFolder:
             problems.append((rel, "is a broken link or names no file"))
             continue
         except (OSError, RuntimeError, ValueError) as exc:  # a link loop, a name too long
+            fault = exhausted(exc, f"pinning {rel}")
+            if fault is not None:
+                raise fault from None
             problems.append((rel, f"cannot be resolved: {exc}"))
             continue
         if not any(resolved.is_relative_to(r) for r in roots):
@@ -144,6 +224,9 @@ def pin_folder(origin: Path, copy: Path) -> PinnedFolder:
             # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below refuses it.
             fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
+            fault = exhausted(exc, f"opening {rel} to pin it")
+            if fault is not None:
+                raise fault from None
             problems.append((rel, f"cannot be read: {exc.strerror or exc}"))
             continue
         try:

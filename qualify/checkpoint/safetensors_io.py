@@ -33,7 +33,7 @@ from typing import Any, Self
 import torch
 
 from qualify.checkpoint.safetensors_header import DTYPES, MAX_HEADER_SIZE, TensorInfo, parse_header
-from qualify.errors import CheckpointError, HarnessError, SafetensorsError, UsageError
+from qualify.errors import CheckpointError, HarnessError, SafetensorsError, UsageError, exhausted
 from qualify.util.jsonio import load_json_file, type_name
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -90,7 +90,8 @@ class SafetensorsFile:
         except IsADirectoryError:
             raise SafetensorsError("is a directory, not a safetensors file", file=display) from None
         except OSError as exc:
-            raise SafetensorsError(f"cannot read: {exc.strerror or exc}", file=display) from None
+            raise exhausted(exc, f"opening {display}") or SafetensorsError(f"cannot read: {exc.strerror or exc}",
+                                                                            file=display) from None
         metadata, tensors, n = parse_header(raw, file_size=size, display=display)
         digest = hashlib.blake2b(raw[: 8 + n], digest_size=16).digest()
         return cls(path, display, n, metadata, tensors, size, digest)
@@ -117,7 +118,8 @@ class SafetensorsFile:
                     # does not warn about a read-only buffer, and no write can reach the file.
                     mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
             except OSError as exc:
-                raise SafetensorsError(f"cannot read: {exc.strerror or exc}", file=self.display) from None
+                raise exhausted(exc, f"mapping {self.display}") or SafetensorsError(
+                    f"cannot read: {exc.strerror or exc}", file=self.display) from None
             # The size alone would miss a file rewritten in place with the same length.
             digest = hashlib.blake2b(mm[: self.data_offset], digest_size=16).digest()
             if digest != self._header_digest:

@@ -100,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
     from qualify.profile import load_profile
     from qualify.report.markdown import summary_lines
     from qualify.report.model import parse_levels
-    from qualify.run.outcome import run_outcome
+    from qualify.run.outcome import harness_faults, run_outcome
     from qualify.run.pipeline import CHECKPOINT_LEVELS, RunOptions, deliver_junit, run_qualification
     from qualify.util.escape import escape_terminal
+    from qualify.util.redact import redact
 
     # The key is read before any level runs: a run that cannot be signed as asked is refused at once.
     sign_key = None
@@ -154,10 +155,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"signed: {run_dir / ATTESTATION_NAME} (key {sign_key.fingerprint})")
         if args.sign_model:
             print(f"        {run_dir / MODEL_SIGNATURE_NAME} (OpenSSF model-signing)")
-    if code in (3, 4):  # pytest: internal error / usage error: the harness, not the checkpoint
-        return EXIT_HARNESS
-    outcome = run_outcome(run_)
+    outcome = ExitCode.HARNESS if code in (3, 4) else run_outcome(run_)  # pytest broke: the harness, not the checkpoint
     if outcome is ExitCode.HARNESS:
-        print("qualify: harness fault: no verdict was reached (a check could not run, or the run recorded a "
-              "harness error; see above and the report)", file=sys.stderr)
+        # The cause in one line where the summary's verdict line cannot say it: no verdict was reached.
+        faults = harness_faults(run_) or ["the qualification suites stopped (see the report)"]
+        shown = "; ".join(faults[:3]) + (f"; and {len(faults) - 3} more" if len(faults) > 3 else "")
+        print(f"qualify: harness fault: no verdict was reached (a check could not run, or the run recorded a "
+              f"harness error): {escape_terminal(redact(shown))}", file=sys.stderr)
     return int(outcome)

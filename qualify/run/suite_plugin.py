@@ -15,6 +15,7 @@ release gate needs them:
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import pytest
 from qualify.checkpoint.pinned import PinnedFolder
 from qualify.checks.catalogue import by_id
 from qualify.core import LEVELS, Evidence, Status
-from qualify.errors import CheckpointError, HarnessError, QualifyError, RuntimeNotStarted
+from qualify.errors import CheckpointError, HarnessError, QualifyError, RuntimeNotStarted, exhausted
 from qualify.report.model import Check, Run
 from qualify.run.context import RunContext
 from qualify.run.pinning import reverify
@@ -237,6 +238,15 @@ class QualifyPlugin:
             evidence=evidence,
             duration_s=max(0.0, time.perf_counter() - started),
         )
+
+    def pytest_internalerror(self, excrepr: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
+        """pytest itself broke (an import, its own files, at very few descriptors): a harness error of the run,
+        named in one line; pytest's INTERNALERROR traceback is shown only with QUALIFY_DEBUG."""
+        exc = excinfo.value
+        fault = exhausted(exc, "running the qualification suites")
+        self.run.errors.append(str(fault) if fault is not None else
+                               f"the qualification suites stopped with an internal error: {type(exc).__name__}: {exc}")
+        return not os.environ.get("QUALIFY_DEBUG")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

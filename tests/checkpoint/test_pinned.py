@@ -118,3 +118,87 @@ def test_changes_since_compares_a_folder_with_the_pins(tmp_path: Path) -> None:
     assert changes_since(pinned.files, pinned.copy, what="x") == []
     assert changes_since(pinned.files, tmp_path / "nowhere", what="the loaded folder") == [
         (".", f"the loaded folder {tmp_path / 'nowhere'} is gone")]
+
+
+def _sparse(path: Path, size: int, data_at: int) -> None:
+    """A file of ``size`` bytes holding data at its start and at ``data_at``, holes (never written) elsewhere."""
+    with open(path, "wb") as f:
+        f.write(b"# card\n")
+        f.seek(data_at)
+        f.write(b"middle")
+        f.truncate(size)
+    if os.stat(path).st_blocks * 512 > 16 << 20:
+        pytest.skip("this file system stores no holes: a sparse source cannot be made here")
+
+
+def _stored(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_a_sparse_file_reads_back_exactly_from_its_sparse_copy(tmp_path: Path) -> None:
+    origin = tmp_path / "ckpt"
+    origin.mkdir()
+    _sparse(origin / "README.md", 96 << 20, 40 << 20)
+    pinned = pin_folder(origin, tmp_path / "copy")
+    copy = tmp_path / "copy" / "README.md"
+    assert copy.read_bytes() == (origin / "README.md").read_bytes()
+    assert pinned.digests == {"README.md": _sha((origin / "README.md").read_bytes())}
+    assert _stored(copy) < 16 << 20
+    assert verify_pinned(pinned) == []
+
+
+@pytest.mark.slow  # hashes 2 GiB twice
+def test_a_2_gib_sparse_card_is_not_written_out_in_full(tmp_path: Path) -> None:
+    """A card truncated to 2 GiB (a 1 TB one would fill the disk) costs no disk in the copy."""
+    origin = tmp_path / "ckpt"
+    origin.mkdir()
+    size = 2 << 30
+    _sparse(origin / "README.md", size, 1 << 30)
+    pinned = pin_folder(origin, tmp_path / "copy")
+    copy = tmp_path / "copy" / "README.md"
+    assert pinned.problems == () and os.stat(copy).st_size == size
+    assert _stored(copy) < 16 << 20, f"the holes were written out: {_stored(copy)} bytes stored"
+    h = hashlib.sha256()
+    with open(origin / "README.md", "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    assert pinned.digests == {"README.md": h.hexdigest()}
+
+
+def test_a_dense_file_with_zero_chunks_reads_back_exactly(tmp_path: Path) -> None:
+    origin = tmp_path / "ckpt"
+    origin.mkdir()
+    data = os.urandom(100) + bytes(20 << 20) + os.urandom(5000) + bytes(3)  # zero chunks written as data
+    (origin / "model.safetensors").write_bytes(data)
+    pinned = pin_folder(origin, tmp_path / "copy")
+    assert (tmp_path / "copy" / "model.safetensors").read_bytes() == data
+    assert pinned.digests == {"model.safetensors": _sha(data)}
+
+
+LOW_FDS = """
+import os, resource, sys
+from pathlib import Path
+from qualify.checkpoint.pinned import pin_folder
+from qualify.errors import exit_code_for
+open_now = len(os.listdir("/proc/self/fd")) - 1  # less the one listdir itself held
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    pinned = pin_folder(Path(sys.argv[1]), Path(sys.argv[2]))
+except Exception as exc:
+    print(type(exc).__name__, int(exit_code_for(exc)), exc)
+else:
+    print("pinned", pinned.problems)
+"""
+
+
+def test_descriptors_running_out_while_pinning_are_the_machines_fault_not_the_checkpoints(tmp_path: Path) -> None:
+    """One descriptor left (a real ulimit in a child): pinning stops with the cause, nothing blamed on a file."""
+    import subprocess
+    import sys
+
+    origin = _folder(tmp_path / "ckpt")
+    done = subprocess.run([sys.executable, "-c", LOW_FDS, str(origin), str(tmp_path / "copy")], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.startswith("ResourceExhausted 3 the machine ran out of file descriptors"), done.stdout + \
+        done.stderr
+    assert "cannot be read" not in done.stdout and "not pinned" not in done.stdout
