@@ -28,20 +28,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("profile", metavar="NAME", help="a shipped profile's name or a path to a .toml")
     p.add_argument("--spread", type=float, help="the per-prompt spread to use instead of the profile's pilot "
                    "(a fraction: 0.036 = 3.6%%)")
-    p.add_argument("--trials", type=int, default=None, help="simulated runs per scenario (default 400)")
+    p.add_argument("--trials", type=int, default=400, help="simulated runs per scenario (default 400)")
     p.add_argument("--seed", type=int, default=0, help="the simulation's seed (default 0)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from qualify.profile import load_profile
-    from qualify.run.operating import profile_check, render
+    from qualify.run.operating import profile_check, render, render_acceptance
     from qualify.util.escape import escape_terminal
 
     profile = load_profile(args.profile)  # ProfileError -> exit 2
-    kwargs = {} if args.trials is None else {"trials": args.trials}
-    check = profile_check(profile, spread=args.spread, seed=args.seed, **kwargs)
+    check = profile_check(profile, spread=args.spread, trials=args.trials, seed=args.seed)
     print(escape_terminal(f"profile: {profile.name} ({profile.path}, sha256 {profile.sha256[:12]})"))
+    # The floors' rates are reported beside the paired level's; the targets are the paired level's.
+    acceptance = (render_acceptance(check.acceptance) if check.acceptance is not None
+                  else [f"acceptance: not computed: {check.acceptance_missing}"])
+    for line in acceptance:
+        print(escape_terminal(line))
     if check.oc is None:
         print(escape_terminal(f"not computed: {check.missing}"))
         return int(EXIT_NOT_QUALIFIED)

@@ -208,6 +208,8 @@ ALLOWED: tuple[AllowedKey, ...] = (
     AllowedKey("paired.pilot_spread", "the per-prompt spread each design assumes, measured on its own runtime and "
                "draft: it prices the design (qualify profile-check), it decides nothing"),
     AllowedKey("paired.pilot_source", _WORDS),
+    AllowedKey("acceptance.pilot_*", "the good draft's acceptance each design assumes, measured on its own runtime "
+               "and draft: it prices the floors (qualify profile-check), it decides nothing"),
     AllowedKey("acceptance.min_*", "threshold: absolute acceptance depends on the draft and target; each profile's "
                "comment gives the measured figures its bounds sit between"),
     AllowedKey("losslessness.near_tie_reason", "prose: why the tolerance is what it is on that hardware (the "

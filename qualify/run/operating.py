@@ -18,14 +18,20 @@ from qualify.serving.counters import CounterDelta
 from qualify.serving.operating import (
     DEFAULT_SEED,
     DEFAULT_TRIALS,
+    AcceptanceCharacteristic,
+    AcceptanceDesign,
     OperatingCharacteristic,
     PairedDesign,
+    acceptance_characteristic,
     measured_spread,
     operating_characteristic,
     render,
+    render_acceptance,
 )
 from qualify.serving.paired import PairedSample
 from qualify.serving.paired_measure import load_sets
+from qualify.serving.prompt_sets import load_prompts
+from qualify.serving.specdecode import AcceptanceThresholds
 
 #: Simulated runs per scenario for the report's figures: fewer than profile-check's, as they are taken during
 #: the run; the report states the Monte-Carlo error that leaves.
@@ -64,6 +70,34 @@ class ProfileCheck:
     oc: OperatingCharacteristic | None
     spread_source: str  # where the spread came from (the profile's pilot_source, or the command line)
     missing: str | None = None  # why no characteristic was computed
+    # The acceptance floors' error rates at the [acceptance] pilot, or why there are none (reported, no target).
+    acceptance: AcceptanceCharacteristic | None = None
+    acceptance_missing: str | None = None
+
+
+def acceptance_check(profile: Profile, *, trials: int = DEFAULT_TRIALS,
+                     seed: int = DEFAULT_SEED) -> tuple[AcceptanceCharacteristic | None, str | None]:
+    """The acceptance floors' error rates at the ``[acceptance]`` pilot, or why there are none.
+
+    Raises:
+        UsageError: the prompt set is missing, changed or malformed.
+    """
+    spec = profile.acceptance
+    if spec is None:
+        return None, f"profile {profile.name!r} states no [acceptance] gate"
+    if spec.pilot_rate is None or spec.pilot_spread is None:
+        return None, (f"profile {profile.name!r} states no [acceptance] pilot_rate and pilot_spread: the floors' "
+                      "error rates cannot be computed, so they are not claimed")
+    prompts = load_prompts(spec.prompts, sha256=spec.prompts_sha256)
+    design = AcceptanceDesign(
+        tuple(p.category for p in prompts.prompts),
+        AcceptanceThresholds(spec.min_acceptance_rate, spec.min_mean_acceptance_length,
+                             spec.min_category_acceptance_rate, spec.min_prompts),
+        Bootstrap(spec.bootstrap_resamples, spec.confidence, spec.bootstrap_seed))
+    try:
+        return acceptance_characteristic(design, spec.pilot_rate, spec.pilot_spread, trials=trials, seed=seed), None
+    except ValueError as exc:
+        return None, f"profile {profile.name!r}: {exc}"
 
 
 def profile_check(profile: Profile, *, spread: float | None = None, trials: int = DEFAULT_TRIALS,
@@ -76,11 +110,15 @@ def profile_check(profile: Profile, *, spread: float | None = None, trials: int 
     design = profile_design(profile)
     spec = profile.paired
     assert spec is not None  # profile_design refused a profile without one
+    if trials < 1:
+        raise UsageError(f"qualify profile-check: trials must be >= 1, not {trials}")
+    acceptance, acceptance_missing = acceptance_check(profile, trials=trials, seed=seed)
     if spread is None:
         if spec.pilot_spread is None:
             return ProfileCheck(profile.name, None, "", missing=(
                 f"profile {profile.name!r} states no [paired] pilot_spread (and its pilot_source): its error rates "
-                "cannot be computed, so they are not claimed"))
+                "cannot be computed, so they are not claimed"), acceptance=acceptance,
+                acceptance_missing=acceptance_missing)
         spread, source = spec.pilot_spread, spec.pilot_source or ""
     else:
         source = "given on the command line"
@@ -88,7 +126,7 @@ def profile_check(profile: Profile, *, spread: float | None = None, trials: int 
         oc = operating_characteristic(design, spread, trials=trials, seed=seed)
     except ValueError as exc:
         raise UsageError(f"qualify profile-check: {exc}") from exc
-    return ProfileCheck(profile.name, oc, source)
+    return ProfileCheck(profile.name, oc, source, acceptance=acceptance, acceptance_missing=acceptance_missing)
 
 
 def _delta(data: Mapping[str, Any]) -> CounterDelta:
@@ -116,4 +154,5 @@ def measured_characteristic(per_prompt: Sequence[Mapping[str, Any]], spec: Paire
     return {"computed": True, "pilot_spread": spec.pilot_spread, "pilot_source": spec.pilot_source, **oc.to_dict()}
 
 
-__all__ = ["REPORT_TRIALS", "ProfileCheck", "measured_characteristic", "profile_check", "profile_design", "render"]
+__all__ = ["REPORT_TRIALS", "ProfileCheck", "acceptance_check", "measured_characteristic", "profile_check",
+           "profile_design", "render", "render_acceptance"]

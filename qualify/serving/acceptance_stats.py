@@ -16,12 +16,14 @@ interval and the same verdict on every machine.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
+
+import numpy as np
 
 from qualify.serving.counters import CounterDelta, add
 from qualify.util.records import record_dict
@@ -89,18 +91,36 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+@functools.lru_cache(maxsize=64)
+def resample_counts(n: int, boot: Bootstrap) -> np.ndarray:
+    """``boot.resamples`` rows of how often each of ``n`` prompts was drawn (each row sums to ``n``).
+
+    The draws are ``int(rng.random() * n)`` (not ``randrange``): only ``random()``'s sequence is
+    guaranteed across Python versions, and the interval must not change with the interpreter.
+    The rows depend on ``n`` and ``boot`` alone, so they are drawn once per pair and shared (read-only).
+    """
+    counts = np.zeros((boot.resamples, n), dtype=np.int64)
+    if n > 0:
+        rng = random.Random(boot.seed)
+        for r in range(boot.resamples):
+            counts[r] = np.bincount([int(rng.random() * n) for _ in range(n)], minlength=n)
+    counts.flags.writeable = False
+    return counts
+
+
 def resample_totals(deltas: Sequence[CounterDelta], boot: Bootstrap) -> list[CounterDelta]:
-    """``boot.resamples`` totals, each over len(deltas) prompts drawn with replacement."""
+    """``boot.resamples`` totals, each over len(deltas) prompts drawn with replacement (:func:`resample_counts`)."""
     n = len(deltas)
     if n == 0:
         return []
-    rng = random.Random(boot.seed)
-    out = []
-    for _ in range(boot.resamples):
-        # int(random() * n) rather than randrange: only random()'s sequence is guaranteed
-        # across Python versions, and the interval must not change with the interpreter.
-        out.append(add(deltas[int(rng.random() * n)] for _ in range(n)))
-    return out
+    width = max(len(d.accepted_per_pos) for d in deltas)
+    columns = np.zeros((n, 3 + width), dtype=np.int64)
+    for i, d in enumerate(deltas):
+        columns[i, 0:3] = (d.drafts, d.draft_tokens, d.accepted_tokens)
+        columns[i, 3:3 + len(d.accepted_per_pos)] = d.accepted_per_pos
+    # Exact integer sums of the drawn prompts, every resample at once.
+    return [CounterDelta(drafts=row[0], draft_tokens=row[1], accepted_tokens=row[2], accepted_per_pos=tuple(row[3:]))
+            for row in (resample_counts(n, boot) @ columns).tolist()]
 
 
 def _position_rate(d: CounterDelta, position: int) -> float:
@@ -158,18 +178,53 @@ def figures_dict(stats: Figures) -> dict[str, Any]:
     }
 
 
+def bootstrap_interval(estimate: float, values: np.ndarray, boot: Bootstrap, worst: float) -> Interval:
+    """:func:`interval`'s quantiles over a statistic already computed on every resample (NaN counts as ``worst``).
+
+    The same order statistics and interpolation as :func:`quantile`, selected instead of sorting every value.
+    """
+    values = np.where(np.isnan(values), worst, values)
+    n = len(values)
+    alpha = (1.0 - boot.confidence) / 2.0
+    positions = (alpha * (n - 1), (1.0 - alpha) * (n - 1))
+    ranks = sorted({r for pos in positions for r in (math.floor(pos), min(math.floor(pos) + 1, n - 1))})
+    chosen = np.partition(values, ranks)
+
+    def at(pos: float) -> float:
+        lo = math.floor(pos)
+        below, above = float(chosen[lo]), float(chosen[min(lo + 1, n - 1)])
+        return below + (above - below) * (pos - lo)
+
+    return Interval(estimate, at(positions[0]), at(positions[1]), boot.confidence)
+
+
+def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den per resample, NaN where den is 0 (the scalar figures' rule, the same IEEE divisions)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den != 0, num.astype(np.float64) / np.where(den != 0, den, 1).astype(np.float64), math.nan)
+
+
 def acceptance_stats(deltas: Sequence[CounterDelta], boot: Bootstrap | None = None) -> AcceptanceStats:
     """All acceptance figures and their intervals, from one set of resamples (so they agree)."""
     boot = boot or Bootstrap()
     totals = add(deltas)
-    resampled = resample_totals(deltas, boot)
     width = len(totals.accepted_per_pos)
+    n = len(deltas)
+    columns = np.zeros((n, 3 + width), dtype=np.int64)
+    for i, d in enumerate(deltas):
+        columns[i, 0:3] = (d.drafts, d.draft_tokens, d.accepted_tokens)
+        columns[i, 3:3 + len(d.accepted_per_pos)] = d.accepted_per_pos
+    # Every resample's exact integer sums at once (a Python total per resample made this the slow part).
+    sums = resample_counts(n, boot) @ columns
+    drafts, draft_tokens, accepted = sums[:, 0], sums[:, 1], sums[:, 2]
     return AcceptanceStats(
-        requests=len(deltas),
+        requests=n,
         totals=totals,
-        acceptance_rate=interval(totals, resampled, acceptance_rate, boot, worst=0.0),
-        mean_acceptance_length=interval(totals, resampled, mean_acceptance_length, boot, worst=1.0),
+        acceptance_rate=bootstrap_interval(acceptance_rate(totals), ratio(accepted, draft_tokens), boot, 0.0),
+        mean_acceptance_length=bootstrap_interval(mean_acceptance_length(totals), 1.0 + ratio(accepted, drafts),
+                                                  boot, 1.0),
         position_rates=tuple(
-            interval(totals, resampled, partial(_position_rate, position=i), boot, worst=0.0) for i in range(width)
+            bootstrap_interval(_position_rate(totals, i), ratio(sums[:, 3 + i], drafts), boot, 0.0)
+            for i in range(width)
         ),
     )

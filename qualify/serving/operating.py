@@ -35,6 +35,7 @@ from typing import Any
 from qualify.serving.acceptance_stats import Bootstrap
 from qualify.serving.counters import CounterDelta
 from qualify.serving.paired import PairedDecision, PairedSample, decide, non_inferiority_findings, rate_of, relative
+from qualify.serving.specdecode import AcceptanceMeasurement, AcceptanceThresholds, RequestSample, acceptance_evidence
 
 #: Drafts per simulated prompt: enough that rounding accepted tokens to whole numbers adds < 0.01% of spread.
 SOURCE_DRAFTS = 10_000
@@ -324,6 +325,125 @@ def operating_characteristic(design: PairedDesign, spread: float, *, trials: int
     return OperatingCharacteristic(design, spread, base_rate, trials, seed, tuple(results))
 
 
+# -- the acceptance floors ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcceptanceDesign:
+    """What decides the acceptance gate's error rates: its prompts, floors and bootstrap."""
+
+    prompt_categories: tuple[str, ...]  # one category per prompt, in the order they are sent
+    thresholds: AcceptanceThresholds
+    boot: Bootstrap
+
+    def __post_init__(self) -> None:
+        if not self.prompt_categories:
+            raise ValueError("an acceptance design needs at least one prompt")
+
+    @property
+    def floor_rate(self) -> float:
+        """The floors as one acceptance rate: a full block of PROPOSAL_LENGTH has length 1 + 7 x rate."""
+        t = self.thresholds
+        return max(t.min_acceptance_rate, (t.min_mean_acceptance_length - 1.0) / PROPOSAL_LENGTH)
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.thresholds
+        return {"prompts": len(self.prompt_categories), "min_acceptance_rate": t.min_acceptance_rate,
+                "min_mean_acceptance_length": t.min_mean_acceptance_length,
+                "min_category_acceptance_rate": t.min_category_acceptance_rate, "min_prompts": t.min_requests,
+                "floor_rate": self.floor_rate, "confidence": self.boot.confidence,
+                "bootstrap_resamples": self.boot.resamples}
+
+
+@dataclass(frozen=True)
+class AcceptanceCharacteristic:
+    """The acceptance gate's error rates for a draft like the pilot, and for one that lost twice the margin."""
+
+    design: AcceptanceDesign
+    pilot_rate: float
+    spread: float  # the standard deviation of the per-prompt acceptance rate (absolute)
+    trials: int
+    seed: int
+    no_loss: tuple[Rate, ...]  # how often each criterion fails a draft at the pilot rate
+    twice_the_margin: tuple[Rate, ...]  # how often each criterion passes one at pilot - 2 x (pilot - floor)
+
+    @property
+    def margin(self) -> float:
+        return self.pilot_rate - self.design.floor_rate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"design": self.design.to_dict(), "pilot_rate": self.pilot_rate, "spread": self.spread,
+                "margin": self.margin, "trials": self.trials, "seed": self.seed,
+                "no_loss": [r.to_dict() for r in self.no_loss],
+                "twice_the_margin": [r.to_dict() for r in self.twice_the_margin]}
+
+
+ACCEPTANCE_LEVEL = "acceptance level"
+
+
+def acceptance_samples(design: AcceptanceDesign, rate: float, spread: float,
+                       rng: random.Random) -> list[RequestSample]:
+    """One simulated acceptance run: each prompt's rate normal around ``rate`` with ``spread`` (absolute)."""
+    normal = statistics.NormalDist()
+    out = []
+    for i, category in enumerate(design.prompt_categories):
+        r = min(1.0, max(0.0, rate + spread * normal.inv_cdf(1.0 - rng.random())))
+        out.append(RequestSample(f"p{i:04d}", category, _prompt_delta(r, BASE_RATE)))
+    return out
+
+
+def acceptance_failed(design: AcceptanceDesign, samples: Sequence[RequestSample]) -> dict[str, bool]:
+    """Each floor's verdict, from the gate's own findings (qualify.serving.specdecode.acceptance_evidence)."""
+    measurement = AcceptanceMeasurement(list(samples), [], tuple(sorted(set(design.prompt_categories))))
+    ev, _ = acceptance_evidence(measurement, design.thresholds, design.boot)
+    said = [f.message for f in ev.findings]
+    return {ACCEPTANCE_LEVEL: not ev.ok,
+            "acceptance rate floor": any(m.startswith("acceptance rate:") for m in said),
+            "mean acceptance length floor": any(m.startswith("mean acceptance length:") for m in said),
+            "category floor": any(m.startswith("category ") for m in said)}
+
+
+def acceptance_characteristic(design: AcceptanceDesign, pilot_rate: float, spread: float, *,
+                              trials: int = DEFAULT_TRIALS, seed: int = DEFAULT_SEED) -> AcceptanceCharacteristic:
+    """How often the floors fail a draft at ``pilot_rate``, and pass one that lost twice the margin to the floor.
+
+    Raises:
+        ValueError: a pilot rate not above the floor (a draft like the pilot fails by design), a spread that is
+            not a positive fraction, or fewer than one trial.
+    """
+    if not design.floor_rate < pilot_rate <= 1.0:
+        raise ValueError(f"the pilot acceptance rate {pilot_rate!r} is not above the floor {design.floor_rate:.3f}: "
+                         "a draft like the pilot fails the floor by design")
+    if not 0.0 < spread < 1.0:
+        raise ValueError(f"the per-prompt spread must be a fraction in (0, 1), not {spread!r}")
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, not {trials}")
+    lossy = max(0.0, pilot_rate - 2.0 * (pilot_rate - design.floor_rate))
+    results = []
+    for k, (rate, should_pass) in enumerate(((pilot_rate, True), (lossy, False))):
+        rng = random.Random(seed * 1000 + 100 + k)
+        wrong: dict[str, int] = {}
+        for _ in range(trials):
+            for criterion, f in acceptance_failed(design, acceptance_samples(design, rate, spread, rng)).items():
+                wrong[criterion] = wrong.get(criterion, 0) + (f if should_pass else not f)
+        results.append(tuple(Rate(c, n, trials) for c, n in wrong.items()))
+    return AcceptanceCharacteristic(design, pilot_rate, spread, trials, seed, results[0], results[1])
+
+
+def render_acceptance(oc: AcceptanceCharacteristic) -> list[str]:
+    """The acceptance gate's error rates as text lines."""
+    d = oc.design
+    lines = [f"acceptance: {len(d.prompt_categories)} prompts; floors rate {d.thresholds.min_acceptance_rate:.3f}, "
+             f"length {d.thresholds.min_mean_acceptance_length:.2f} (rate {d.floor_rate:.3f}); pilot rate "
+             f"{oc.pilot_rate:.3f}, per-prompt spread {oc.spread:.3f}; {oc.trials} simulated runs each",
+             "a draft at the pilot rate: probability the criterion fails"]
+    lines += [f"  {r.criterion}: {r.probability:.2%} (+/- {r.mc_error:.2%})" for r in oc.no_loss]
+    lines.append(f"a draft at rate {max(0.0, oc.pilot_rate - 2 * oc.margin):.3f} (twice the margin "
+                 f"{oc.margin:.3f} under the pilot): probability the criterion passes")
+    lines += [f"  {r.criterion}: {r.probability:.2%} (+/- {r.mc_error:.2%})" for r in oc.twice_the_margin]
+    return lines
+
+
 def measured_spread(samples: Sequence[PairedSample]) -> float | None:
     """The sample standard deviation of the per-prompt relative difference of the acceptance rate.
 
@@ -356,20 +476,27 @@ def render(oc: OperatingCharacteristic) -> list[str]:
 
 
 __all__ = [
+    "ACCEPTANCE_LEVEL",
     "CATEGORY_LOSS",
     "LEVEL",
+    "AcceptanceCharacteristic",
+    "AcceptanceDesign",
     "OperatingCharacteristic",
     "PairedDesign",
     "Rate",
     "Scenario",
     "ScenarioRates",
     "Target",
+    "acceptance_characteristic",
+    "acceptance_failed",
+    "acceptance_samples",
     "batches",
     "criteria_failed",
     "decide_run",
     "measured_spread",
     "operating_characteristic",
     "render",
+    "render_acceptance",
     "scenarios_for",
     "simulate_samples",
 ]

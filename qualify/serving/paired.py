@@ -27,9 +27,7 @@ difference, -1, so an unknown widens the interval towards failing.
 
 from __future__ import annotations
 
-import functools
 import math
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +35,14 @@ from typing import Any
 import numpy as np
 
 from qualify.core import Evidence
-from qualify.serving.acceptance_stats import Bootstrap, Interval, figures_dict
+from qualify.serving.acceptance_stats import (
+    Bootstrap,
+    Interval,
+    bootstrap_interval,
+    figures_dict,
+    ratio,
+    resample_counts,
+)
 from qualify.serving.counters import CounterDelta, add
 
 #: The relative difference a resample counts as when a figure is undefined in it: all acceptance lost.
@@ -155,28 +160,6 @@ class PairedFigures:
 # -- the paired bootstrap ------------------------------------------------------------------------
 
 
-def resample_counts(n: int, boot: Bootstrap) -> np.ndarray:
-    """``boot.resamples`` rows of how often each of ``n`` prompts was drawn (each row sums to ``n``).
-
-    The draws are ``int(rng.random() * n)`` (not ``randrange``): only ``random()``'s sequence is
-    guaranteed across Python versions, and the interval must not change with the interpreter.
-    The rows depend on ``n`` and ``boot`` alone, so they are drawn once per pair and shared (read-only):
-    every group of a decision of the same size, and every trial of :mod:`qualify.serving.operating`.
-    """
-    return _resample_counts(n, boot)
-
-
-@functools.lru_cache(maxsize=64)
-def _resample_counts(n: int, boot: Bootstrap) -> np.ndarray:
-    counts = np.zeros((boot.resamples, n), dtype=np.int64)
-    if n > 0:
-        rng = random.Random(boot.seed)
-        for r in range(boot.resamples):
-            counts[r] = np.bincount([int(rng.random() * n) for _ in range(n)], minlength=n)
-    counts.flags.writeable = False
-    return counts
-
-
 def _columns(deltas: Sequence[CounterDelta], width: int) -> np.ndarray:
     """Per prompt: accepted, draft tokens, drafts, then accepted at each position (zero past a delta's width)."""
     out = np.zeros((len(deltas), 3 + width), dtype=np.int64)
@@ -184,29 +167,6 @@ def _columns(deltas: Sequence[CounterDelta], width: int) -> np.ndarray:
         out[i, 0:3] = (d.accepted_tokens, d.draft_tokens, d.drafts)
         out[i, 3:3 + len(d.accepted_per_pos)] = d.accepted_per_pos
     return out
-
-
-def _interval(estimate: float, values: np.ndarray, boot: Bootstrap, worst: float) -> Interval:
-    values = np.where(np.isnan(values), worst, values)
-    n = len(values)
-    alpha = (1.0 - boot.confidence) / 2.0
-    positions = (alpha * (n - 1), (1.0 - alpha) * (n - 1))
-    # quantile()'s interpolation between two order statistics per bound: select those instead of sorting all.
-    ranks = sorted({r for pos in positions for r in (math.floor(pos), min(math.floor(pos) + 1, n - 1))})
-    chosen = np.partition(values, ranks)
-
-    def at(pos: float) -> float:
-        lo = math.floor(pos)
-        below, above = float(chosen[lo]), float(chosen[min(lo + 1, n - 1)])
-        return below + (above - below) * (pos - lo)
-
-    return Interval(estimate, at(positions[0]), at(positions[1]), boot.confidence)
-
-
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """num / den per resample, NaN where den is 0: :func:`rate_of`'s rule on whole columns (the same IEEE divisions)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den != 0, num.astype(np.float64) / np.where(den != 0, den, 1).astype(np.float64), math.nan)
 
 
 def _relative(candidate: np.ndarray, source: np.ndarray) -> np.ndarray:
@@ -242,13 +202,13 @@ def paired_figures(samples: Sequence[PairedSample], boot: Bootstrap, counts: np.
 
     # Each figure on every resample at once (a Python call per resample made a decision cost a second).
     def rate(sums: np.ndarray) -> np.ndarray:
-        return _ratio(sums[..., 0], sums[..., 1])
+        return ratio(sums[..., 0], sums[..., 1])
 
     def length(sums: np.ndarray) -> np.ndarray:
-        return 1.0 + _ratio(sums[..., 0], sums[..., 2])
+        return 1.0 + ratio(sums[..., 0], sums[..., 2])
 
     def pos(i: int) -> Callable[[np.ndarray], np.ndarray]:
-        return lambda sums: _ratio(sums[..., 3 + i], sums[..., 2])
+        return lambda sums: ratio(sums[..., 3 + i], sums[..., 2])
 
     def point(fn: Callable[[np.ndarray], np.ndarray], totals: np.ndarray) -> float:
         return float(fn(totals[np.newaxis, :])[0])
@@ -256,9 +216,10 @@ def paired_figures(samples: Sequence[PairedSample], boot: Bootstrap, counts: np.
     def draft(sums: np.ndarray, total: np.ndarray, tot: CounterDelta) -> DraftFigures:
         return DraftFigures(
             totals=tot,
-            acceptance_rate=_interval(point(rate, total), rate(sums), boot, 0.0),
-            mean_acceptance_length=_interval(point(length, total), length(sums), boot, 1.0),
-            position_rates=tuple(_interval(point(pos(i), total), pos(i)(sums), boot, 0.0) for i in range(width)),
+            acceptance_rate=bootstrap_interval(point(rate, total), rate(sums), boot, 0.0),
+            mean_acceptance_length=bootstrap_interval(point(length, total), length(sums), boot, 1.0),
+            position_rates=tuple(bootstrap_interval(point(pos(i), total), pos(i)(sums), boot, 0.0)
+                                 for i in range(width)),
         )
 
     def diff(fn: Callable[[np.ndarray], np.ndarray], worst_cand: float) -> Difference:
@@ -269,8 +230,8 @@ def paired_figures(samples: Sequence[PairedSample], boot: Bootstrap, counts: np.
         abs_point = point(fn, cand_all) - point(fn, src_all)
         rel_point = relative(point(fn, cand_all), point(fn, src_all))
         return Difference(
-            absolute=_interval(abs_point, cand_values - src_values, boot, -math.inf),
-            relative=_interval(rel_point, _relative(cand_values, src_values), boot, WORST_RELATIVE),
+            absolute=bootstrap_interval(abs_point, cand_values - src_values, boot, -math.inf),
+            relative=bootstrap_interval(rel_point, _relative(cand_values, src_values), boot, WORST_RELATIVE),
         )
 
     return PairedFigures(

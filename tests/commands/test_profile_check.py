@@ -12,6 +12,7 @@ def test_a_profile_without_a_pilot_spread_claims_nothing(capsys: pytest.CaptureF
     assert main(["profile-check", "fixture"]) == 1
     out = capsys.readouterr().out
     assert "not computed: profile 'fixture' states no [paired] pilot_spread" in out
+    assert "acceptance: not computed: profile 'fixture' states no [acceptance] pilot_rate" in out
 
 
 def test_the_rates_are_printed_and_too_few_trials_show_no_target(capsys: pytest.CaptureFixture[str]) -> None:
@@ -22,6 +23,7 @@ def test_the_rates_are_printed_and_too_few_trials_show_no_target(capsys: pytest.
     assert "per-prompt spread 3.60%; 3 simulated runs per scenario" in out
     assert "concurrency 1, category 'mt-bench/math':" in out and "concurrency 4, overall:" in out
     assert "no loss: paired level right" in out and "NOT MET" in out
+    assert "a draft at the pilot rate: probability the criterion fails" in out  # the floors, at [acceptance]'s pilot
 
 
 @pytest.mark.parametrize("argv", [["profile-check", "no-such-profile"],

@@ -12,7 +12,7 @@ import pytest
 from qualify.errors import UsageError
 from qualify.profile import load_profile
 from qualify.profile.rehearsal import REHEARSAL_PROFILE, RELEASE_PROFILE
-from qualify.run.operating import measured_characteristic, profile_check, profile_design, render
+from qualify.run.operating import acceptance_check, measured_characteristic, profile_check, profile_design, render
 from qualify.serving.acceptance_stats import Bootstrap
 from qualify.serving.operating import PairedDesign, Scenario, simulate_samples
 
@@ -67,3 +67,12 @@ def test_the_release_profile_and_its_rehearsal_meet_the_targets_at_their_pilot_s
     check = profile_check(load_profile(name))
     assert check.oc is not None, check.missing
     assert check.oc.met, "\n".join(render(check.oc))
+
+
+def test_the_floors_are_priced_only_where_the_profile_states_a_pilot() -> None:
+    oc, missing = acceptance_check(load_profile(RELEASE_PROFILE))
+    assert oc is None and missing is not None and "states no [acceptance] pilot_rate and pilot_spread" in missing
+    oc, missing = acceptance_check(load_profile(REHEARSAL_PROFILE), trials=2)
+    assert missing is None and oc is not None
+    assert len(oc.design.prompt_categories) == 20 and oc.design.floor_rate == pytest.approx(0.12)
+    assert oc.trials == 2 and {r.criterion for r in oc.no_loss} >= {"acceptance level", "category floor"}

@@ -10,21 +10,28 @@ import pytest
 from qualify.serving.acceptance_stats import Bootstrap
 from qualify.serving.counters import CounterDelta
 from qualify.serving.operating import (
+    ACCEPTANCE_LEVEL,
     CATEGORY_LOSS,
     LEVEL,
+    AcceptanceDesign,
     PairedDesign,
     Rate,
     Scenario,
+    acceptance_characteristic,
+    acceptance_failed,
+    acceptance_samples,
     batches,
     criteria_failed,
     decide_run,
     measured_spread,
     operating_characteristic,
     render,
+    render_acceptance,
     scenarios_for,
     simulate_samples,
 )
 from qualify.serving.paired import PairedSample
+from qualify.serving.specdecode import AcceptanceThresholds
 
 #: Small and cheap: 3 categories of 10 prompts, batch 1 and 5, 200 resamples.
 BOOT = Bootstrap(resamples=200, confidence=0.95, seed=0)
@@ -147,3 +154,40 @@ def test_the_measured_spread() -> None:
     assert measured_spread([sample(20)]) is None
     nothing = PairedSample("q", "s", "a", CounterDelta(0, 0, 0, ()), CounterDelta(10, 70, 20, ()))
     assert measured_spread([sample(20), nothing]) is None  # a prompt with no source rate has no difference
+
+
+# -- the acceptance floors -----------------------------------------------------------------------------------
+
+
+def _acceptance(min_rate: float = 0.12, min_length: float = 1.84, per_category: int = 5) -> AcceptanceDesign:
+    labels = tuple(c for c in ("chat", "code", "math", "long") for _ in range(per_category))
+    return AcceptanceDesign(labels, AcceptanceThresholds(min_rate, min_length, 0.03, 20), BOOT)
+
+
+def test_the_floors_as_one_rate() -> None:
+    assert _acceptance(0.12, 1.84).floor_rate == pytest.approx(0.12)
+    assert _acceptance(0.14, 2.0).floor_rate == pytest.approx(1 / 7)  # the length floor is the higher one
+
+
+def test_each_floor_is_judged_by_the_gate() -> None:
+    design = _acceptance(0.30, 1.0)
+    failed = acceptance_failed(design, acceptance_samples(design, 0.25, 0.001, random.Random(0)))
+    assert failed == {ACCEPTANCE_LEVEL: True, "acceptance rate floor": True, "mean acceptance length floor": False,
+                      "category floor": False}
+
+
+def test_floors_far_from_the_pilot_err_rarely_and_close_ones_often() -> None:
+    oc = acceptance_characteristic(_acceptance(0.12, 1.84), 0.25, 0.03, trials=40)
+    assert oc.no_loss[0].wrong == 0 and oc.twice_the_margin[0].wrong == 0  # [0]: the level
+    assert oc.margin == pytest.approx(0.13)
+    # The CPU fixture's floor 0.12 under a pilot of 0.166 with a per-prompt spread of 0.07: 20 prompts put the
+    # bound about 0.03 under the mean, so a draft like the pilot fails the floor often.
+    close = acceptance_characteristic(_acceptance(0.12, 1.84), 0.166, 0.07, trials=40)
+    assert close.no_loss[0].probability > 0.05
+    text = "\n".join(render_acceptance(close))
+    assert "a draft at the pilot rate: probability the criterion fails" in text and "acceptance level:" in text
+
+
+def test_a_pilot_not_above_the_floor_is_refused() -> None:
+    with pytest.raises(ValueError, match="not above the floor"):
+        acceptance_characteristic(_acceptance(0.12, 1.84), 0.12, 0.03, trials=1)
