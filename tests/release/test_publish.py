@@ -4,6 +4,10 @@ The hub is the stand-in (tests/hub_standin.py) spoken to by the real huggingface
 release is published with ``qualify publish``, a model card is written as a second commit, and the
 repository is downloaded as a user downloads it (a cache snapshot, its files links into blobs).
 Then the two commands of the README's "Verify a release" run on it as written.
+
+Publish publishes only what the gate accepts: each release case of the corpus (fixtures/corpus.py,
+``RELEASE_CASES``) is refused before the upload, uploading nothing, or on the commit as downloaded; a
+second release deletes the first one's files.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.corpus import BEFORE_UPLOAD, RELEASE_CASES, ReleaseCase
 from qualify.checkpoint import files
 from qualify.cli import main
 from qualify.release import attestation as a
@@ -351,83 +356,49 @@ def test_a_gate_option_the_gate_refuses_is_its_usage_error_and_nothing_is_upload
     assert hub.requests == []
 
 
-def zero_weights(ckpt: Path) -> None:
-    """The weights' bytes after the header, zeroed: the same size, the same header, no model left."""
-    path = ckpt / "model.safetensors"
-    data = bytearray(path.read_bytes())
-    start = 8 + int.from_bytes(data[:8], "little")
-    data[start:] = bytes(len(data) - start)
-    path.write_bytes(bytes(data))
-
-
-def copy_run(run_dir: Path, dest: Path, name: str, data: bytes) -> Path:
-    shutil.copytree(run_dir, dest)
-    (dest / name).write_bytes(data)
-    return dest
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["weights zeroed after the gate", "attestation is a report", "attestation is not JSON",
-                                  "model.sig of nothing", "report.json edited", "under the release policy"])
-def test_a_release_the_gate_refuses_is_refused_with_its_lines_and_nothing_is_uploaded(case, signed, tmp_path, hub_env,
-                                                                                     cli):
-    ckpt, run_dir, extra = signed.checkpoint, signed.run_dir, []
-    if case == "weights zeroed after the gate":
-        ckpt = tmp_path / "ckpt"
-        shutil.copytree(signed.checkpoint, ckpt)
+@pytest.mark.parametrize("case", RELEASE_CASES, ids=lambda c: c.name)
+def test_publish_refuses_each_release_case_of_the_corpus(case: ReleaseCase, signed, tmp_path, hub_env, cli):
+    ckpt, run_dir = tmp_path / "ckpt", tmp_path / "run"
+    shutil.copytree(signed.checkpoint, ckpt)
+    if case.qualify_tampered:
+        case.tamper(ckpt, run_dir)
+        code, made = signed_check(ckpt, tmp_path / "reports", signed.priv)  # signed whatever the verdict
+        assert code == 1
+        shutil.copytree(made, run_dir)
+    else:
+        shutil.copytree(signed.run_dir, run_dir)
+        # The gate passed on these very folders; then they changed.
         assert cli("gate", "--attestation", str(run_dir / a.ATTESTATION_NAME), "--verify-key", str(signed.pub),
                    "--checkpoint", str(ckpt), "--profile", "fixture")[0] == 0
-        zero_weights(ckpt)
-        expected = "refused: model.safetensors: changed after signing (sha256 "
-    elif case == "attestation is a report":
-        run_dir = copy_run(run_dir, tmp_path / "run", a.ATTESTATION_NAME, (run_dir / a.REPORT).read_bytes())
-        expected = "refused: the attestation cannot be trusted: "
-    elif case == "attestation is not JSON":
-        run_dir = copy_run(run_dir, tmp_path / "run", a.ATTESTATION_NAME, b"signed, trust me\n")
-        expected = "refused: the attestation cannot be trusted: "
-    elif case == "model.sig of nothing":
-        run_dir = copy_run(run_dir, tmp_path / "run", a.MODEL_SIGNATURE_NAME, b"{}\n")
-        expected = "refused: " + str(tmp_path / "run" / a.MODEL_SIGNATURE_NAME) + " is not the model signature"
-    elif case == "report.json edited":
-        report = (run_dir / a.REPORT).read_bytes().replace(b'"qualified"', b'"qualified" ', 1)
-        run_dir = copy_run(run_dir, tmp_path / "run", a.REPORT, report)
-        expected = "refused: " + str(tmp_path / "run" / a.REPORT) + " is not the report the attestation signed"
-    else:  # the committed policy's profile is the seed's, not the fixture's the run was made under
-        extra = ["--release-policy"]
-        expected = "refused: the run was made under profile 'fixture', not under glm53-flash-dflash2-mxfp8-tp4"
+        case.tamper(ckpt, run_dir)
     repo = release_repo()
+    repo.damage_on_commit.update(case.damage_on_commit)
     with StandinHub([repo], write_token=TOKEN).serving() as hub:
         hub_env(hub)
         args = signed.publish(ckpt, run_dir)
-        if extra:
-            args.remove("--profile")
-            args.remove("fixture")
-        code, out, err = cli(*args, *extra, "--repo", REPO_ID)
+        del args[args.index("--profile"):]
+        code, out, err = cli(*args, *case.gate_args, "--repo", REPO_ID)
     assert code == 1, out + err
     lines = out.splitlines()
-    assert any(line.startswith(expected) for line in lines), out
-    assert all(line.startswith("refused: ") for line in lines), out
-    assert lines[-1] == (f"refused: the gate refused the release of {ckpt} with the run {run_dir} (above); nothing "
-                         "was uploaded")
-    assert hub.requests == [] and repo.branches == {"main": INITIAL}
     assert TOKEN not in out + err
-
-
-@pytest.mark.slow
-def test_a_run_whose_verdict_is_not_qualified_is_refused_and_nothing_is_uploaded(signed, tmp_path, hub_env, cli):
-    ckpt = tmp_path / "ckpt"
-    shutil.copytree(signed.checkpoint, ckpt)
-    zero_weights(ckpt)
-    code, run_dir = signed_check(ckpt, tmp_path / "reports", signed.priv)  # signed whatever the verdict
-    assert code == 1
-    repo = release_repo()
-    with StandinHub([repo], write_token=TOKEN).serving() as hub:
-        hub_env(hub)
-        code, out, err = cli(*signed.publish(ckpt, run_dir), "--repo", REPO_ID)
-    assert code == 1, out + err
-    assert "refused: the attested result is FAILED: the run's verdict was not qualified" in out.splitlines()
-    assert out.splitlines()[-1].endswith("nothing was uploaded")
-    assert hub.requests == [] and repo.branches == {"main": INITIAL}
+    if case.refused == BEFORE_UPLOAD:
+        refusals = lines[:-1]
+        assert lines[-1] == (f"refused: the gate refused the release of {ckpt} with the run {run_dir} (above); "
+                             "nothing was uploaded")
+        assert hub.requests == [] and repo.branches == {"main": INITIAL}
+    else:
+        released = repo.branches["main"]
+        assert released != INITIAL
+        assert lines[0].startswith("qualified: ")
+        assert lines[1].startswith(f"published: {REPO_ID}@main commit {released}")
+        refusals = lines[2:-1]
+        assert lines[-1] == (f"refused: PUBLISHED BUT NOT VERIFIED: {REPO_ID}@main commit {released}, downloaded at "
+                             "that commit into a fresh folder, is refused by the gate (above): the branch holds a "
+                             "release its users' gate refuses; publish again or revert the commit")
+    assert refusals and all(line.startswith("refused: ") for line in refusals), out
+    for words in case.words:
+        assert any(words in line for line in refusals), (words, out)
 
 
 PREVIOUS = {
@@ -489,27 +460,3 @@ def test_a_branch_that_moves_while_publishing_is_not_committed_over(signed, hub_
     assert code == 3 and "published:" not in out
     assert f"{REPO_ID}@main: the hub at {hub.url} did not take the release (" in err
     assert repo.branches["main"] == "2" * 40 and len(repo.commits) == 2
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("damaged", ["model.safetensors", "qualification/attestation.intoto.jsonl"])
-def test_a_commit_the_gate_refuses_as_downloaded_fails_loudly_naming_the_file(damaged, signed, hub_env, cli):
-    repo = release_repo()
-    repo.damage_on_commit[damaged] = b"\0" * 64  # the hub stores other bytes than were uploaded
-    with StandinHub([repo], write_token=TOKEN).serving() as hub:
-        hub_env(hub)
-        code, out, err = cli(*signed.publish(), "--repo", REPO_ID)
-    released = repo.branches["main"]
-    assert code == 1, out + err
-    lines = out.splitlines()
-    assert lines[0].startswith("qualified: ") and lines[1].startswith(f"published: {REPO_ID}@main commit {released}")
-    refusals = lines[2:-1]
-    assert refusals and all(line.startswith("refused: ") for line in refusals), out
-    if damaged == "model.safetensors":
-        assert any(line.startswith("refused: model.safetensors: changed after signing") for line in refusals), out
-    else:
-        assert any(line.startswith("refused: the attestation cannot be trusted") for line in refusals), out
-    assert lines[-1] == (f"refused: PUBLISHED BUT NOT VERIFIED: {REPO_ID}@main commit {released}, downloaded at that "
-                         "commit into a fresh folder, is refused by the gate (above): the branch holds a release its "
-                         "users' gate refuses; publish again or revert the commit")
-    assert TOKEN not in out + err
