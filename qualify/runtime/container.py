@@ -35,6 +35,7 @@ from typing import Any
 from qualify.core import Evidence
 from qualify.errors import (
     ContainerExited,
+    ContainerKilled,
     ImageDigestMismatch,
     PortInUse,
     ReadinessTimeout,
@@ -45,8 +46,8 @@ from qualify.errors import (
 from qualify.runtime.engine import cleanup_leftovers, run_containers
 from qualify.runtime.image import ImageIdentity, check_image, check_pinning, inspect_image
 from qualify.runtime.labels import LABEL_RUN
-from qualify.runtime.plan import LaunchPlan, create_kwargs
-from qualify.util.ports import in_use, namespace_listens
+from qualify.runtime.plan import LaunchPlan, create_kwargs, on_port
+from qualify.util.ports import free_port, in_use, namespace_listens, release_port
 from qualify.util.progress import WaitProgress
 from qualify.util.redact import redact, redact_env
 
@@ -67,7 +68,7 @@ def ensure_port_free(host: str, port: int) -> None:
     """Raise :class:`PortInUse` when something accepts connections on host:port already."""
     if in_use(host, port):
         raise PortInUse(f"{host}:{port} is already in use: with host networking the readiness probes would talk "
-                        "to that server, not to the runtime under test", hint="stop it, or use another PORT")
+                        "to that server, not to the runtime under test", port=port, hint="stop it, or use another PORT")
 
 
 # Containers of this process, removed at interpreter exit if a teardown never ran (a last net, not the plan).
@@ -167,6 +168,8 @@ class RuntimeContainer:
         self.started_at: float | None = None
         self.readiness: Readiness | None = None
         self.teardown: Teardown | None = None
+        # Set once the harness itself stops the container: a signal then is its own, not the machine's.
+        self.stopping = False
         self._log_thread: threading.Thread | None = None
 
     # ---- start
@@ -302,12 +305,7 @@ class RuntimeContainer:
             except Exception as exc:  # removed behind the harness's back (docker rm -f, engine restart)
                 raise ContainerExited(f"the runtime container is gone: {exc}", exit_code=None) from None
             if state.get("Status") != "running":
-                code = state.get("ExitCode")
-                oom = " (killed: out of memory)" if state.get("OOMKilled") else ""
-                raise ContainerExited(
-                    f"the runtime container exited with code {code}{oom} before it was ready "
-                    f"({time.monotonic() - self.started_at:.1f} s after start)",
-                    exit_code=code, log_tail=self.log_tail())
+                raise self.exit_error(state, "before it was ready")
             now = time.monotonic()
             if now > deadline:
                 raise ReadinessTimeout(
@@ -339,11 +337,50 @@ class RuntimeContainer:
             tick(last)
             time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
 
+    def exit_error(self, state: dict[str, Any], when: str) -> ContainerExited | ContainerKilled | PortInUse:
+        """Why the container stopped, as the error of whoever stopped it.
+
+        The machine's doing is a harness fault, never the checkpoint's: the engine killed it for memory
+        (``State.OOMKilled``), a signal the harness did not send ended it (exit code 128 + SIGKILL,
+        SIGTERM, SIGINT, SIGHUP or SIGQUIT while no teardown of the harness was under way), or the
+        server could not bind its port (another process took it). Any other exit is the runtime's
+        own: :class:`ContainerExited`.
+        """
+        code = state.get("ExitCode")
+        after = f"{time.monotonic() - self.started_at:.1f} s after start" if self.started_at is not None else ""
+        tail = self.log_tail()
+        if state.get("OOMKilled"):
+            return ContainerKilled(
+                f"the runtime container {self.plan.name} was killed for memory (the engine's State.OOMKilled, "
+                f"exit code {code}) {when} ({after}): the machine ran out of memory, which says nothing about the "
+                "checkpoint", log_tail=tail, hint="free memory (other runs, other containers) and run again")
+        signum = killed_by(code)
+        if signum is not None and not self.stopping:
+            return ContainerKilled(
+                f"the runtime container {self.plan.name} was ended by {signum.name} (exit code {code}) {when} "
+                f"({after}), a signal the harness did not send: something outside the run stopped it",
+                log_tail=tail, hint="see who stops containers on this machine (another run's cleanup, the OOM "
+                "killer, an operator) and run again")
+        if self.plan.network == "host" and bind_failed(self.logs_or_empty()):
+            return PortInUse(
+                f"the runtime container {self.plan.name} could not bind {self.plan.host}:{self.plan.port} "
+                f"(\"Address already in use\" in its log) and exited with code {code} {when}: another process took "
+                "the port", port=self.plan.port)
+        return ContainerExited(f"the runtime container exited with code {code} {when} ({after})", exit_code=code,
+                               log_tail=tail)
+
+    def logs_or_empty(self) -> str:
+        try:
+            return self.logs_text()
+        except Exception:  # the engine lost the container: no log to read
+            return ""
+
     # ---- stop
     def stop(self) -> Teardown:
         """Remove every container of this run and verify none is left. Idempotent; never raises."""
         if self.teardown is not None:
             return self.teardown
+        self.stopping = True
         t0 = time.monotonic()
         record = Teardown()
         with _uninterruptible():
@@ -379,6 +416,38 @@ class RuntimeContainer:
         record.duration_s = time.monotonic() - t0
         self.teardown = record
         return record
+
+
+def wait_relaunching(runtime: RuntimeContainer, *, quiet: bool = False,
+                     on_relaunch: Callable[[RuntimeContainer, RuntimeContainer], None] = lambda old, new: None,
+                     ) -> RuntimeContainer:
+    """Wait until ``runtime`` serves; one that died of a bind error is relaunched once, on a newly reserved port.
+
+    ``on_relaunch(old, new)`` is told before the new container starts. Returns the container that serves.
+
+    Raises:
+        PortInUse: the relaunched container could not bind its port either (both ports named): a harness fault.
+        RuntimeFailure: it did not start or become ready for another reason.
+    """
+    poll_s = 1.0 if quiet else 0.25
+    try:
+        runtime.wait_ready(poll_s=poll_s, quiet=quiet)
+        return runtime
+    except PortInUse as exc:
+        lost = exc
+    runtime.stop()
+    release_port(runtime.plan.port)
+    again = RuntimeContainer(runtime.client, on_port(runtime.plan, free_port(runtime.plan.host)),
+                             log_path=runtime.log_path, with_gpus=runtime.with_gpus)
+    on_relaunch(runtime, again)
+    again.start()
+    try:
+        again.wait_ready(poll_s=poll_s, quiet=quiet)
+    except PortInUse as exc:
+        raise PortInUse(f"{exc}; it had been relaunched once after port {lost.port} was taken the same way",
+                        port=exc.port, hint="see what takes ports on this machine outside the kernel's ephemeral "
+                        "range") from None
+    return again
 
 
 @contextlib.contextmanager
@@ -431,6 +500,28 @@ def check_started(runtime: RuntimeContainer) -> Evidence:
     if seen["labels"].get(LABEL_RUN) != plan.run_id:
         ev.add("the container does not carry the run's label (teardown could not find it)")
     return ev
+
+
+#: Signals that come from outside a process (a kill, a stop, a hang-up): a runtime never sends them to itself
+#: for a bad checkpoint. SIGSEGV, SIGABRT, SIGBUS and SIGFPE are the process's own faults and stay its exit.
+EXTERNAL_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: How a server says its port was taken (Python's errno 98 text, uvicorn's and vLLM's wording).
+_BIND_FAILED = re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE")
+
+
+def killed_by(exit_code: object) -> signal.Signals | None:
+    """The outside signal a container's exit code says ended it (128 + the signal's number), else None."""
+    if not isinstance(exit_code, int) or isinstance(exit_code, bool):
+        return None
+    for s in EXTERNAL_SIGNALS:
+        if exit_code == 128 + s.value:
+            return s
+    return None
+
+
+def bind_failed(log: str) -> bool:
+    """Whether a runtime's log says it could not bind its port."""
+    return bool(_BIND_FAILED.search(log))
 
 
 def tail_with_cause(lines: Sequence[str], n: int = _LOG_TAIL) -> list[str]:

@@ -31,7 +31,7 @@ from qualify.runtime.log_evidence import read_log
 from qualify.runtime.vllm_cpu import find_vllm_python
 from qualify.serving.counters import PER_REQUEST_FLAG
 from qualify.serving.vllm_server import VLLMServer, plan_for_profile, wait_all_ready
-from qualify.util.ports import free_port
+from qualify.util.ports import free_port, release_port
 
 
 def folder_identity(root: Path) -> dict[str, Any]:
@@ -217,6 +217,7 @@ class LocalServing:
             self._stopped = True
             for server in self.servers.values():
                 server.stop()
+                release_port(server.plan.port)  # reserved for this run by free_port, until its server stops
         if self._thread is not None:
             self._thread.join(timeout=60)
 

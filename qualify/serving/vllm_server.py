@@ -26,8 +26,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from qualify.errors import HarnessError
+from qualify.errors import HarnessError, PortInUse
 from qualify.profile import DEFAULT_READY_TIMEOUT_S, Profile
+from qualify.runtime.container import bind_failed
 from qualify.runtime.vllm_cpu_plugin import server_env as plugin_env
 from qualify.util.ports import in_use, session_listens
 from qualify.util.progress import WaitProgress
@@ -212,9 +213,13 @@ class VLLMServer:
         while True:
             code = self.process.poll()
             if code is not None:
+                tail = self.log_tail()
+                if bind_failed(tail):
+                    raise PortInUse(f"the vLLM server could not bind {self.plan.host}:{self.plan.port} (\"Address "
+                                    f"already in use\" in its log {self.log_path}) and exited with code {code}: "
+                                    "another process took the port", port=self.plan.port)
                 raise HarnessError(
-                    f"the vLLM server exited with code {code} before it was ready; log {self.log_path}:\n"
-                    + self.log_tail()
+                    f"the vLLM server exited with code {code} before it was ready; log {self.log_path}:\n" + tail
                 )
             if self._ready():
                 if session_listens(self.process.pid, self.plan.port) is False:

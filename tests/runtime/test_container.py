@@ -530,3 +530,123 @@ def test_a_removal_still_refused_after_the_retries_is_a_teardown_failure(monkeyp
     record = _stopped_with(monkeypatch, refusals=99)
     assert not record.ok and record.left == ["qualify-x"]
     assert record.errors == ["removing qualify-x: could not kill running container qualify-x"]
+
+
+# -- the machine's faults: a harness fault with its cause, never the checkpoint's failure
+
+
+class _Exited:
+    """A container as the engine shows one that has stopped: its state and its log."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def logs(self, **_: Any) -> bytes:
+        return self.log.encode()
+
+
+def _exited(log: str = "", *, stopping: bool = False) -> c.RuntimeContainer:
+    plan = plans.build_plan(load_profile("fixture"), run_id="test-exit", draft_revision=CANDIDATE)
+    rt = c.RuntimeContainer(None, plan)
+    rt.container, rt.started_at, rt.stopping = _Exited(log), time.monotonic(), stopping
+    return rt
+
+
+@pytest.mark.parametrize(("state", "log", "stopping", "kind", "says", "code"), [
+    ({"ExitCode": 137, "OOMKilled": True}, "", False, errors.ContainerKilled, "killed for memory", 3),
+    ({"ExitCode": 137, "OOMKilled": False}, "", False, errors.ContainerKilled, "ended by SIGKILL", 3),
+    ({"ExitCode": 143}, "", False, errors.ContainerKilled, "ended by SIGTERM", 3),
+    ({"ExitCode": 137}, "", True, errors.ContainerExited, "exited with code 137", 1),  # the harness's own stop
+    ({"ExitCode": 139}, "", False, errors.ContainerExited, "exited with code 139", 1),  # SIGSEGV: its own fault
+    ({"ExitCode": 1}, "OSError: [Errno 98] Address already in use", False, errors.PortInUse,
+     "could not bind 127.0.0.1:8000", 3),
+    ({"ExitCode": 1}, "ValueError: bad scale", False, errors.ContainerExited, "exited with code 1", 1),
+])
+def test_why_a_container_stopped_decides_whose_fault_it_is(state: dict[str, Any], log: str, stopping: bool,
+                                                            kind: type, says: str, code: int) -> None:
+    exc = _exited(log, stopping=stopping).exit_error({"Status": "exited", **state}, "before it was ready")
+    assert type(exc) is kind and says in str(exc)
+    assert int(errors.exit_code_for(exc)) == code
+    if isinstance(exc, errors.PortInUse):
+        assert exc.port == 8000
+
+
+def _blocked_port() -> tuple[socket.socket, int]:
+    """A port bound (not listening) by this process: free to the launch preflight, refused to the runtime's bind."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", free_port()))
+    return s, s.getsockname()[1]
+
+
+@pytest.mark.docker
+def test_a_runtime_whose_port_is_taken_before_it_binds_is_relaunched_on_another(
+        docker_client: Any, standin: str, tmp_path: Path) -> None:
+    blocker, port = _blocked_port()
+    plan = fixture_plan(tmp_path, port=port)
+    swaps: list[tuple[int, int]] = []
+    first = c.RuntimeContainer(docker_client, plan)
+    try:
+        with blocker:
+            first.start()
+            rt = c.wait_relaunching(first, on_relaunch=lambda old, new: swaps.append((old.plan.port, new.plan.port)))
+            assert rt is not first and rt.readiness is not None
+            assert swaps == [(port, rt.plan.port)] and rt.plan.port != port
+            assert rt.plan.env_dict["PORT"] == str(rt.plan.port)
+            assert first.teardown is not None  # the first launch was removed before the second started
+    finally:
+        first.stop()
+        c.RuntimeContainer(docker_client, plan).stop()
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_a_port_taken_again_after_the_relaunch_is_a_harness_fault_naming_both(
+        docker_client: Any, standin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker, port = _blocked_port()
+    again, second = _blocked_port()
+    monkeypatch.setattr(c, "free_port", lambda host: second)  # the relaunch lands on a port taken the same way
+    plan = fixture_plan(tmp_path, port=port)
+    try:
+        with blocker, again, pytest.raises(errors.PortInUse) as info:
+            first = c.RuntimeContainer(docker_client, plan)
+            first.start()
+            c.wait_relaunching(first)
+    finally:
+        c.RuntimeContainer(docker_client, plan).stop()
+    assert f"could not bind 127.0.0.1:{second}" in str(info.value) and f"after port {port} was taken" in str(info.value)
+    assert info.value.port == second and int(errors.exit_code_for(info.value)) == 3
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_a_container_killed_from_outside_while_loading_is_a_harness_fault(docker_client: Any, standin: str,
+                                                                          tmp_path: Path) -> None:
+    plan = fault_plan(docker_client, tmp_path, "hang")
+    with c.launched(docker_client, plan) as rt:
+        killer = subprocess.Popen(["sh", "-c", f"sleep 1; docker kill {plan.name}"], stdout=subprocess.DEVNULL)
+        with pytest.raises(errors.ContainerKilled) as info:
+            rt.wait_ready(READY_GUARD_S)
+        killer.wait()
+    assert "ended by SIGKILL (exit code 137)" in str(info.value) and "the harness did not send" in str(info.value)
+    assert int(errors.exit_code_for(info.value)) == 3
+    assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_a_container_the_engine_killed_for_memory_is_a_harness_fault(docker_client: Any, standin: str,
+                                                                     tmp_path: Path) -> None:
+    """Docker's own OOMKilled, from a real container over its memory limit, read by the readiness wait."""
+    plan = fixture_plan(tmp_path)
+    rt = c.RuntimeContainer(docker_client, plan)
+    try:
+        rt.container = docker_client.containers.run(
+            standin, entrypoint="python3", command=["-c", "x = bytearray(256 << 20)"], detach=True,
+            mem_limit="32m", memswap_limit="32m", labels={labels.LABEL_RUN: plan.run_id}, name=plan.name)
+        rt.started_at = time.monotonic()
+        with pytest.raises(errors.ContainerKilled) as info:
+            rt.wait_ready(READY_GUARD_S)
+    finally:
+        rt.stop()
+    assert "killed for memory (the engine's State.OOMKilled, exit code 137)" in str(info.value)
+    assert int(errors.exit_code_for(info.value)) == 3
+    assert_gone(plan)
