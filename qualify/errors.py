@@ -171,6 +171,7 @@ EXHAUSTED_RESOURCES: dict[int, str] = {
     errno.ENFILE: "file descriptors (the system's limit)",
     errno.ENOSPC: "disk space",
     errno.EDQUOT: "disk quota",
+    errno.EFBIG: "file size (this process's limit, ulimit -f)",
     errno.ENOMEM: "memory",
 }
 

@@ -202,3 +202,30 @@ def test_descriptors_running_out_while_pinning_are_the_machines_fault_not_the_ch
     assert done.stdout.startswith("ResourceExhausted 3 the machine ran out of file descriptors"), done.stdout + \
         done.stderr
     assert "cannot be read" not in done.stdout and "not pinned" not in done.stdout
+
+
+FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from qualify.checkpoint.pinned import pin_folder
+from qualify.errors import exit_code_for
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as a full disk does
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+try:
+    pin_folder(Path(sys.argv[1]), Path(sys.argv[2]))
+except Exception as exc:
+    print(type(exc).__name__, int(exit_code_for(exc)), exc)
+"""
+
+
+def test_no_room_to_write_the_copy_is_the_machines_fault_not_the_checkpoints(tmp_path: Path) -> None:
+    """The copy cannot be written past 100 bytes (a real ulimit -f in a child): the cause is named, exit 3."""
+    import subprocess
+    import sys
+
+    origin = _folder(tmp_path / "ckpt")  # its model.safetensors holds 700 bytes
+    done = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, str(origin), str(tmp_path / "copy")],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.startswith("ResourceExhausted 3 the machine ran out of file size (this process's limit"), \
+        done.stdout + done.stderr
+    assert "model.safetensors" in done.stdout
