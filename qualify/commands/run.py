@@ -136,8 +136,13 @@ def run(args: argparse.Namespace) -> int:
         sign_key=sign_key, sign_model=args.sign_model,
     )
     run_, run_dir, code = run_qualification(opts)
+    outcome = ExitCode.HARNESS if code in (3, 4) else run_outcome(run_)  # pytest broke: the harness, not the checkpoint
+    lines = summary_lines(run_)
+    if outcome is ExitCode.HARNESS and lines and lines[-1].startswith("verdict: "):
+        # The report records such a run as not qualified (nothing may ship on it); read here, it is no verdict.
+        lines[-1] = "verdict: none: a harness fault kept the run from one (the cause below; exit 3)"
     print()
-    for line in summary_lines(run_):
+    for line in lines:
         print(line)
     print(f"report: {run_dir / 'report.json'}")
     print(f"        {run_dir / 'report.md'}")
@@ -155,7 +160,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"signed: {run_dir / ATTESTATION_NAME} (key {sign_key.fingerprint})")
         if args.sign_model:
             print(f"        {run_dir / MODEL_SIGNATURE_NAME} (OpenSSF model-signing)")
-    outcome = ExitCode.HARNESS if code in (3, 4) else run_outcome(run_)  # pytest broke: the harness, not the checkpoint
     if outcome is ExitCode.HARNESS:
         # The cause in one line where the summary's verdict line cannot say it: no verdict was reached.
         faults = harness_faults(run_) or ["the qualification suites stopped (see the report)"]

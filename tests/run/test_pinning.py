@@ -180,8 +180,11 @@ def _a_harness_fault_naming(done: subprocess.CompletedProcess[str], cause: str, 
     output = done.stdout + done.stderr
     assert done.returncode == 3, output
     assert cause in done.stderr, output
-    for blame in ("Traceback", "INTERNALERROR", "probably not the revision", "internal error", "a harness bug"):
+    for blame in ("Traceback", "INTERNALERROR", "probably not the revision", "internal error", "a harness bug",
+                  "verdict: not qualified"):
         assert blame not in output, output
+    if "verdict:" in done.stdout:  # a summary was printed: it says no verdict was reached
+        assert "verdict: none: a harness fault kept the run from one" in done.stdout
     for path in (tmp_path / "reports").glob("*/report.json"):
         run = read_json(path)
         failed = [c.id for lvl in run.levels for c in lvl.checks if c.status is Status.FAILED]
