@@ -35,10 +35,14 @@ exit codes:
      level not passed or missing, a level run on a stand-in or resting on a server log the caller gave, a
      made-up or missing check, a profile this harness does not ship, an edited one or not the --profile one,
      an unverified revision, a target revision the run did not enforce (without --accept-unpinned-target), an
-     interrupted run, a harness error, a statement made by another commit of the harness or, with
-     --release-policy, by uncommitted harness code, an unsigned report without --allow-unsigned)
+     interrupted run, a harness error, a statement naming no harness commit or another than this gate's (a
+     gate without .git: --harness-commit, confirmed by its build record) or, with --release-policy, made by
+     code that was not that commit's (each file named), a shipped profile or release policy other than the
+     harness commit holds, with --release-policy a runtime image the policy does not pin, an unsigned report
+     without --allow-unsigned)
   2  usage error: no such file, a path that is not a regular file (a FIFO, a socket, a device), an unreadable
-     key, an unknown level, no identity to compare, a --profile this harness does not ship
+     key, an unknown level, no identity to compare, a --profile this harness does not ship, a --harness-commit
+     that is not a commit
 """
 
 UNSIGNED = "UNSIGNED (--allow-unsigned): the report was not verified by any signature"
@@ -84,6 +88,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "launcher takes no revision variable and no --target-snapshot was mounted): the target revision "
                    "is then only claimed, and the pass line says WARNING: target revision not enforced. Never "
                    "implied, under --release-policy too: a release accepts it only by this flag")
+    p.add_argument("--harness-commit", metavar="COMMIT",
+                   help="the commit of this gate's own code, for a gate installed without .git: it must be the commit "
+                   "its package records it was built from (without either, every attestation is refused); from a "
+                   "checkout it must be the checkout's")
     p.add_argument("--allow-untrusted-source", action="store_true",
                    help="accept a run whose source folder was trusted on --trust-local-source without proof of its "
                    "identity")
@@ -93,6 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from qualify.release.attestation import ATTESTATION_NAME
     from qualify.release.gate import check_revision_argument, parse_require, shipped_profile_named
+    from qualify.util.identifiers import is_commit
 
     # Usage first, before any hashing: these are the caller's mistakes, not the release's. Nothing
     # is read before it is known to be a regular file (a FIFO would block the gate on its first read).
@@ -128,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.checkpoint}: not a checkpoint directory")
     if args.revision is not None:
         check_revision_argument(args.revision)
+    if args.harness_commit is not None and not is_commit(args.harness_commit):
+        raise UsageError(f"--harness-commit {args.harness_commit!r} is not a commit (40 lowercase hex)")
     if args.require is not None:
         parse_require(args.require)
     if args.release_policy:
@@ -152,6 +163,7 @@ def _apply_release_policy(args: argparse.Namespace) -> None:
     from qualify.release.policy import load_policy
 
     policy = load_policy()
+    args.policy = policy  # its file is held to the harness's commit, its images applied, when the gate judges
     if args.profile not in (None, policy.profile):
         raise UsageError(f"--profile {args.profile} contradicts the release policy's profile {policy.profile} "
                          f"({policy.path})")
@@ -197,6 +209,39 @@ def _release(args: argparse.Namespace, recorded_profile: object) -> tuple[Shippe
     return profile, release_levels(profile, added)
 
 
+def _own_commit(given: str | None) -> tuple[str | None, str]:
+    """(the commit of this gate's own code, or None and why it is not known): :func:`qualify.release.origin.own_commit`
+    on this gate's checkout and its package's build record."""
+    from qualify.release.origin import own_commit
+    from qualify.util.provenance import build_record, head_commit
+
+    return own_commit(given, head_commit(), (build_record() or {}).get("commit"))
+
+
+def _committed_files_refusals(args: argparse.Namespace, profile: ShippedProfile | None,
+                              commit: str | None) -> list[str]:
+    """The shipped profile and (with --release-policy) the release policy against their bytes at the harness's
+    commit: the files in the folder are what the gate read, the commit is what the harness ships."""
+    import hashlib
+
+    from qualify.profile import load_profile
+    from qualify.release.origin import origin_refusals
+    from qualify.util.provenance import checkout_path, committed_sha256
+
+    files: list[tuple[str, Path, str]] = []
+    if profile is not None:
+        files.append(("shipped profile", load_profile(profile.name).path, profile.sha256))
+    policy = getattr(args, "policy", None)
+    if policy is not None:
+        files.append(("release policy", policy.path, hashlib.sha256(policy.path.read_bytes()).hexdigest()))
+    out = []
+    for what, path, here in files:
+        rel = checkout_path(path)
+        committed = committed_sha256(rel, commit) if rel is not None and commit is not None else None
+        out += origin_refusals(what, rel, here, committed, commit)
+    return out
+
+
 def _profile_words(profile: ShippedProfile | None) -> str:
     # Only said on a pass, which a run under no shipped profile never gets (release.gate.profile_refusals).
     assert profile is not None
@@ -236,7 +281,6 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
         target_warning,
     )
     from qualify.release.signing import key_fingerprint, load_verify_key, verify_model_signature
-    from qualify.util.provenance import harness_source
 
     revision = check_revision_argument(args.revision) if args.revision is not None else None
     key = load_verify_key(args.verify_key)
@@ -255,11 +299,16 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
         if signed != actual:
             reasons.append(f"{args.report} is not the report the attestation signed (sha256 {actual[:12]}..., signed "
                            f"{(signed or '(none)')[:12]}...): it was altered after signing or belongs to another run")
+    commit, unknown = _own_commit(args.harness_commit)
+    policy = getattr(args, "policy", None)
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
                         allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
-                        harness_commit=harness_source().commit, committed_harness=args.release_policy,
-                        accept_unpinned_target=args.accept_unpinned_target)
+                        harness_commit=commit, own_commit_unknown=unknown, committed_harness=args.release_policy,
+                        accept_unpinned_target=args.accept_unpinned_target,
+                        runtime_images=policy.runtime_images if policy is not None else None)
     reasons += attestation_refusals(att, expected, version=__version__, defined=level_checks())
+    if commit is not None:  # else the statement is refused already, saying why this gate knows no commit
+        reasons += _committed_files_refusals(args, profile, commit)
     signature = att.config.get(MODEL_SIGNATURE)
     if signature is not None:
         # The model-signing bundle beside the attestation is for users downstream; it must be the one signed.
@@ -304,6 +353,8 @@ def _gate_report(args: argparse.Namespace) -> int:
     from qualify.report.model import Run, read_json_data
 
     revision = check_revision_argument(args.revision) if args.revision is not None else None
+    commit, _ = _own_commit(args.harness_commit)
+    policy = getattr(args, "policy", None)
     try:
         # Read once: the model and the stored-value comparison below see the same bytes.
         stored = read_json_data(args.report)
@@ -319,9 +370,11 @@ def _gate_report(args: argparse.Namespace) -> int:
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
                         allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
                         defined_checks=level_checks(), harness_version=__version__,
-                        accept_unpinned_target=args.accept_unpinned_target)
+                        accept_unpinned_target=args.accept_unpinned_target,
+                        runtime_images=policy.runtime_images if policy is not None else None)
     reasons = stored_contradictions(stored, report)
     reasons += refusals(report, expected)
+    reasons += _committed_files_refusals(args, profile, commit)
     if reasons:
         return _refuse(reasons, unsigned=True)
     what = []

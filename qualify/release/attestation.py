@@ -10,8 +10,9 @@ the release gate verifies the signature before it trusts a word of it.
   when the report's verdict is "qualified", ``passedTests`` the ids of the checks that
   passed, ``failedTests`` the ids of every other check that ran (failed, error, skipped or
   not run: none of them is a pass). ``configuration`` holds one ResourceDescriptor per
-  condition of the run, each under a fixed ``name``: ``qualify`` (the harness and its
-  version), ``report.json`` (the report's sha256, run id, verdict, and each level's ``name``,
+  condition of the run, each under a fixed ``name``: ``qualify`` (the harness by its commit, its
+  version, ``treeClean`` and, when the code that ran was not the commit's, ``treeProblems``
+  naming each file), ``report.json`` (the report's sha256, run id, verdict, and each level's ``name``,
   ``required`` and ``status``, with ``standIn: true`` for a level the profile ran on a
   stand-in and ``logsGivenBy`` for one resting on a server log the caller gave: neither
   counts for a release), ``profile`` (its sha256 and name), ``draft`` (its revision and
@@ -130,8 +131,14 @@ def _harness_descriptor(version: Any, source: Any) -> dict[str, Any]:
     ``gitCommit`` digest, its version, and whether its code was as committed when it ran."""
     source = source if isinstance(source, dict) else {}
     commit = source.get("commit") if isinstance(source.get("commit"), str) else None
+    notes: dict[str, Any] = {"version": version, "treeClean": source.get("clean")}
+    if source.get("problems"):
+        # The files that made the code that ran differ from the commit's, each with why (uncommitted, changed,
+        # stale bytecode): what a release engineer fixes before running again.
+        found = source["problems"]
+        notes["treeProblems"] = [str(p) for p in found] if isinstance(found, list) else [str(found)]
     return _descriptor(HARNESS, uri=f"pkg:generic/qualify@{commit or version}", digest=_git_commit(commit),
-                       annotations={"version": version, "treeClean": source.get("clean")})
+                       annotations=notes)
 
 
 def _hub_uri(repo: str | None) -> str | None:

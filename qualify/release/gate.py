@@ -62,6 +62,7 @@ from qualify.release.attestation import (
     logs_given_by,
 )
 from qualify.release.checklist import level_of_check
+from qualify.release.origin import harness_refusals, image_refusals
 from qualify.report.model import LEVELS, Run, Status, Verdict
 from qualify.report.target import RUNTIME_LEVELS, target_revision_record
 from qualify.util.identifiers import is_commit
@@ -92,10 +93,15 @@ class Expected:
     defined_checks: Mapping[str, Sequence[str]] | None = None
     harness_version: str | None = None
     allow_untrusted_source: bool = False  # accept a run whose source folder was trusted without proof
-    # The commit of this gate's own harness code (None outside a git checkout): a statement made by other
-    # code is read by this code's checks only if the commits agree.
+    # The commit of this gate's own harness code: its checkout's, or --harness-commit where its build record
+    # confirms it. A statement made by other code is read by this code's checks only if the commits agree;
+    # None (with the reason in own_commit_unknown) refuses every statement.
     harness_commit: str | None = None
+    own_commit_unknown: str = "this gate does not know the commit of its own code"
     committed_harness: bool = False  # require the run's harness code to have been as committed (a release)
+    # The runtime image IDs the release policy allows (--release-policy); None: no policy applies, so no image
+    # is required; empty: the policy pins none, which refuses every release.
+    runtime_images: tuple[str, ...] | None = None
     # Accept a run whose runtime was not held to the target's pinned revision (--accept-unpinned-target).
     accept_unpinned_target: bool = False
 
@@ -228,6 +234,8 @@ def refusals(run: Run, expected: Expected) -> list[str]:
         moving = "; ".join(str(u) for u in (runtime.get("plan") or {}).get("unpinned") or []) or "unpinned"
         reasons.append(f"the runtime was launched unpinned, so the run is not reproducible ({moving}); pin the "
                        "image digest and revisions, or pass --allow-unpinned to accept that")
+    image = (runtime.get("image") or {}).get("id")
+    reasons += image_refusals(image if isinstance(image, str) and image else None, expected)
     reasons += target_refusals(*report_target(run), expected)
     reasons.extend(source_refusals(run, allow_untrusted=expected.allow_untrusted_source))
 
@@ -447,7 +455,8 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
     if att.harness_version != version:
         reasons.append(f"the attestation was made by qualify {att.harness_version}; this gate (qualify {version}) "
                        "knows the checks of its own version only")
-    reasons += harness_refusals(att.harness_commit, att.annotation(HARNESS, "treeClean"), expected)
+    reasons += harness_refusals(att.harness_commit, att.annotation(HARNESS, "treeClean"), expected,
+                                att.annotation(HARNESS, "treeProblems"))
     if att.result != "PASSED":
         reasons.append(f"the attested result is {att.result}: the run's verdict was not qualified")
     if att.annotation(REPORT, "interrupted"):
@@ -484,6 +493,8 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
         reasons.append("the source folder was trusted on --trust-local-source without proof that it is the pinned "
                        "revision; prove it (profile digests, a hub cache snapshot or the hub), or pass "
                        "--allow-untrusted-source to accept that")
+    image = att.digest(RUNTIME_IMAGE)
+    reasons += image_refusals(f"sha256:{image}" if image else None, expected)
     if att.annotation(RUNTIME_IMAGE, "reproducible") is False and not expected.allow_unpinned:
         reasons.append("the runtime was launched unpinned, so the run is not reproducible; pin the image digest and "
                        "revisions, or pass --allow-unpinned to accept that")
@@ -502,20 +513,6 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
     if expected.checkpoint_files is not None:
         reasons += subject_refusals(att.subjects, expected.checkpoint_files)
     return reasons
-
-
-def harness_refusals(commit: str | None, clean: object, expected: Expected) -> list[str]:
-    """The harness code that ran against this gate's: the same commit where both are known, and, for a
-    release, code as committed (anyone can read what judged the checkpoint at that commit)."""
-    out = []
-    if commit is not None and expected.harness_commit is not None and commit != expected.harness_commit:
-        out.append(f"the attestation was made by the harness at commit {commit}; this gate runs commit "
-                   f"{expected.harness_commit} and knows the checks of its own code only (gate with the harness at "
-                   f"{commit})")
-    if expected.committed_harness and clean is not True:
-        said = "had uncommitted changes" if clean is False else "was not named by a commit"
-        out.append(f"the harness code that ran {said}: a release is qualified only by committed code")
-    return out
 
 
 def subject_refusals(subjects: Mapping[str, str], actual: Sequence[FileEntry]) -> list[str]:

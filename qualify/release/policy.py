@@ -8,6 +8,7 @@ read it through :func:`load_policy`, which refuses anything it cannot use.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,9 @@ from qualify.util.identifiers import is_repo_id
 
 #: The policy the release workflow applies.
 POLICY_FILE = Path(__file__).with_name("policy.toml")
-_KEYS = {"profile", "require", "repository"}
+_KEYS = {"profile", "require", "repository", "runtime_images"}
+#: A runtime image as the policy pins it: the image ID (the sha256 of its configuration), as the run records it.
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -29,12 +32,15 @@ class ReleasePolicy:
         required_levels: the profile's required levels, then the policy's additions.
         repository: the hub repository (``owner/name``) the release is published to.
         path: the file it was read from.
+        runtime_images: the image IDs (``sha256:<64 hex>``) a release run may have run on; empty until a
+            release engineer pins one, and then the gate refuses every release.
     """
 
     profile: str
     required_levels: tuple[str, ...]
     repository: str
     path: Path
+    runtime_images: tuple[str, ...] = ()
 
 
 def check_repo_id(repo: str, what: str = "repository") -> str:
@@ -85,7 +91,12 @@ def load_policy(path: Path = POLICY_FILE) -> ReleasePolicy:
     profile = load_profile(name)
     levels = tuple(dict.fromkeys((*profile.required_levels, *extra)))
     repo = check_repo_id(data["repository"], f"{path}: repository")
-    return ReleasePolicy(profile=name, required_levels=levels, repository=repo, path=Path(path))
+    images = data.get("runtime_images", [])
+    if not isinstance(images, list) or not all(isinstance(i, str) and _IMAGE_ID.fullmatch(i) for i in images):
+        raise UsageError(f"{path}: runtime_images must be a list of image IDs (sha256:<64 lowercase hex>, as "
+                         "`docker image inspect --format '{{.Id}}' IMAGE` prints them)")
+    return ReleasePolicy(profile=name, required_levels=levels, repository=repo, path=Path(path),
+                         runtime_images=tuple(images))
 
 
 def main(argv: list[str] | None = None) -> int:

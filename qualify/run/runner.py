@@ -55,8 +55,6 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "packages": packages,
-        # The harness's code by its commit (a version names every commit between two releases).
-        "harness_source": harness_source().to_dict(),
     }
 
 
@@ -138,6 +136,10 @@ def claim_run_dir(reports_root: Path, run: Run, attempts: int = 4) -> Path:
 def finish_run(run: Run, report_dir: Path | None) -> None:
     """Record identities and the finish time, then write report.json and report.md atomically."""
     run.finished_at = now()
+    # The harness's code by its commit (a version names every commit between two releases), judged at the end:
+    # the suites' plugin records it with everything pytest loaded; a run that never reached them, here.
+    if "harness_source" not in run.environment:
+        run.environment["harness_source"] = harness_source().to_dict()
     for attr in ("checkpoint", "source"):
         info = getattr(run, attr)
         path = info.get("path")
@@ -205,8 +207,11 @@ def run_suites(
     # not checks; the plugin prints one line per check instead. Nothing of the run travels
     # here: the suites read the context the plugin carries. --confcutdir keeps conftests
     # outside this repository out (a checkpoint inside another checkout must not run its code).
+    # --assert=plain: the suites assert nothing, and pytest's rewritten bytecode is a cache of its own that the
+    # harness-source check (qualify.util.provenance) could not hold to the source; imported plainly, conftest
+    # and the suites run from their source or from bytecode that check compares with it.
     args = [str(SUITES_DIR), "-o", "addopts=", "--strict-markers", "-p", "no:cacheprovider", "-p", "no:terminal",
-            f"--confcutdir={REPO_ROOT}"]
+            "--assert=plain", f"--confcutdir={REPO_ROOT}"]
     if junit_xml is not None:
         args.append(f"--junitxml={junit_xml}")
     checkpoint = context.checkpoint

@@ -16,8 +16,10 @@ release gate needs them:
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ from qualify.errors import CheckpointError, HarnessError, QualifyError, RuntimeN
 from qualify.report.model import Check, Run
 from qualify.run.context import RunContext
 from qualify.run.pinning import reverify
+from qualify.util.provenance import harness_source, loaded_files
 
 
 class CheckFailed(AssertionError):
@@ -258,6 +261,11 @@ class QualifyPlugin:
                 lvl.reason = "no check of this level was run"
         if self.pinned is not None:
             reverify(self.run, self.pinned)
+        # Judged now that everything is loaded: each module imported on the way, and each conftest and suite
+        # module pytest loaded (two conftests share the name "conftest", so sys.modules keeps only one).
+        loaded = [*sys.modules.values(), *(p for p in session.config.pluginmanager.get_plugins()
+                                           if isinstance(p, ModuleType))]
+        self.run.environment["harness_source"] = harness_source(loaded=loaded_files(modules=loaded)).to_dict()
         if self.on_finish is not None:
             self.on_finish(self.run)
 

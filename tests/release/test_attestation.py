@@ -306,6 +306,10 @@ def test_a_bad_key_is_refused_before_anything_runs(tmp_path):
 
 # ---------------------------------------------------------------- signing and verifying a statement (fast)
 
+#: The harness commit the statements built here name, and the gate's own in :func:`expected`.
+HARNESS_COMMIT = "c" * 40
+
+
 def minimal_report(**changes) -> dict:
     checks = level_checks()
     report = {
@@ -322,6 +326,8 @@ def minimal_report(**changes) -> dict:
                    for lv in ("structure", "format", "reproduction")],
     }
     report.update(changes)
+    # Made by committed harness code at the gate's own commit, whatever else the environment records.
+    report.setdefault("environment", {}).setdefault("harness_source", {"commit": HARNESS_COMMIT, "clean": True})
     return report
 
 
@@ -375,7 +381,8 @@ def expected(**changes) -> Expected:
 
     base = {"required_levels": ("structure", "format", "reproduction"),
             "checkpoint_files": (FileEntry("model.safetensors", "1" * 64, 1), FileEntry("config.json", "2" * 64, 1)),
-            "revision": None, "profile": ShippedProfile("fixture", "p" * 64, ("structure", "format", "reproduction"))}
+            "revision": None, "profile": ShippedProfile("fixture", "p" * 64, ("structure", "format", "reproduction")),
+            "harness_commit": HARNESS_COMMIT}
     base.update(changes)
     return Expected(**base)
 

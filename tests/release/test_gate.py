@@ -736,3 +736,25 @@ def test_cli_a_trusted_source_is_recorded_and_refused(tmp_path, release, gate, m
     assert out.stdout == ("refused: the report was made under profile 'fixture-unpinned', which this harness does not "
                           "ship: a profile of one's own qualifies a checkpoint for development, never for a release; "
                           "qualify it under a shipped profile\n")
+
+
+# -- the runtime image the release policy pins, on the report and on the statement -------------------------------
+
+
+def test_the_report_and_the_statement_are_both_held_to_the_policys_images():
+    from qualify import __version__
+    from qualify.release import attestation as a
+    from qualify.release.checklist import level_checks
+    from qualify.release.gate import attestation_refusals
+
+    mine, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    run = seed_run()
+    run.environment.setdefault("runtime", {})["image"] = {"id": other}
+    words = f"the run ran on runtime image {other}, not on one the release policy allows ({mine})"
+    assert words in refusals(run, expected(runtime_images=(mine,)))
+    assert words not in refusals(run, expected(runtime_images=(other,)))
+    att = a.read_statement(a.build_statement(run.to_dict(), "r" * 64))
+    assert words in attestation_refusals(att, expected(runtime_images=(mine,)), version=__version__,
+                                         defined=level_checks())
+    assert words not in attestation_refusals(att, expected(runtime_images=(other,)), version=__version__,
+                                             defined=level_checks())

@@ -17,6 +17,15 @@ def test_the_shipped_policy_names_the_release_profile_its_levels_and_repository(
     assert policy.required_levels[:len(load_profile(policy.profile).required_levels)] == \
         load_profile(policy.profile).required_levels
     assert policy.repository == "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8"
+    # The seed's runtime image is not known by digest: none is pinned, so the gate refuses until one is.
+    assert policy.runtime_images == ()
+
+
+def test_the_runtime_images_a_release_may_use_are_image_ids(tmp_path: Path) -> None:
+    ids = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
+    policy = load_policy(_write(tmp_path, f'profile = "fixture"\nrepository = "o/n"\nruntime_images = {ids!r}\n'
+                                .replace("'", '"')))
+    assert policy.runtime_images == tuple(ids)
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -37,6 +46,12 @@ def test_require_adds_levels_to_the_profile_never_replaces_them(tmp_path: Path) 
     ('profile = "fixture"\nrepository = "o/n"\nrelease_repo = "x/y"\n', "unknown key(s) release_repo"),
     ('profile = "fixture"\n', "names no repository"),
     ('profile = \n', "not valid TOML"),
+    ('profile = "fixture"\nrepository = "o/n"\nruntime_images = "sha256:' + "a" * 64 + '"\n',
+     "runtime_images must be a list of image IDs"),
+    ('profile = "fixture"\nrepository = "o/n"\nruntime_images = ["vllm/vllm-openai:latest"]\n',
+     "runtime_images must be a list of image IDs"),
+    ('profile = "fixture"\nrepository = "o/n"\nruntime_images = ["sha256:' + "A" * 64 + '"]\n',
+     "runtime_images must be a list of image IDs"),
 ])
 def test_a_policy_that_cannot_be_used_is_refused_naming_why(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
