@@ -58,6 +58,7 @@ class LocalServing:
         self.log_dir = Path(log_dir)
         self.levels = tuple(levels) if levels is not None else None  # None: whatever the profile serves
         self.servers: dict[str, VLLMServer] = {}
+        self._ports: list[int] = []  # reserved for this run's servers by free_port, given back when they stop
         self.identity: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -99,7 +100,8 @@ class LocalServing:
             # The paired level reads each request's own acceptance from its response (see
             # qualify.serving.paired_measure): both drafts' servers report it.
             extra = PER_REQUEST_FLAG if draft is not None and self._serves_source else ()
-            plan = plan_for_profile(self.profile, python=python, model=self.target, draft=draft, port=free_port(),
+            self._ports.append(free_port())
+            plan = plan_for_profile(self.profile, python=python, model=self.target, draft=draft, port=self._ports[-1],
                                     dtype=self.spec.dtype, extra_args=extra,
                                     method=self.spec.method)
             if len(wanted) > 1 and cores:
@@ -217,7 +219,8 @@ class LocalServing:
             self._stopped = True
             for server in self.servers.values():
                 server.stop()
-                release_port(server.plan.port)  # reserved for this run by free_port, until its server stops
+            for port in self._ports:
+                release_port(port)
         if self._thread is not None:
             self._thread.join(timeout=60)
 
