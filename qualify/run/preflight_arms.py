@@ -119,15 +119,6 @@ def arm_plans(opts: PreflightOptions, *, image_digest: str | None) -> dict[str, 
     return out
 
 
-def not_applied(profile: Profile) -> tuple[str, ...]:
-    """The launcher variables the profile's image declares it does not apply."""
-    if profile.image_build == "vllm-cpu":
-        from qualify.runtime.vllm_cpu_image import NOT_APPLIED
-
-        return NOT_APPLIED
-    return ()
-
-
 def run(opts: PreflightOptions, *,
         client_factory: Callable[[], Any] = engine.docker_client) -> preflight.PreflightReport:
     """Build (or inspect) the pinned image, then launch each arm through the stand-in and compare.
@@ -155,7 +146,7 @@ def run(opts: PreflightOptions, *,
     if not pinned.ok:
         raise LaunchMismatch("; ".join(f.message for f in pinned.findings))
     return preflight.run_preflight(client, plans, identity.id, timeout_s=opts.timeout_s, with_gpus=opts.with_gpus,
-                                   not_applied=not_applied(profile))
+                                   not_applied=preflight.not_applied(profile.image_build))
 
 
-__all__ = ["PreflightOptions", "arm_plans", "draft_revision", "not_applied", "run", "run_arms", "source_draft"]
+__all__ = ["PreflightOptions", "arm_plans", "draft_revision", "run", "run_arms", "source_draft"]

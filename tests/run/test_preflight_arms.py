@@ -176,3 +176,27 @@ def test_each_broken_launcher_is_caught_by_name(docker_client: Any, broken_image
     with pytest.raises(LaunchMismatch) as caught:
         preflight.raise_on_findings(report)
     assert exit_code_for(caught.value) is ExitCode.HARNESS and finding.split(", vLLM")[0] in str(caught.value)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("broken_image", ["renames-port"], indirect=True)
+def test_a_runs_first_container_is_not_started_on_a_launcher_that_does_not_do_what_the_arm_means(
+        docker_client: Any, broken_image: str, folders: dict[str, Path]) -> None:
+    from qualify.checkpoint.checksums import folder_revision
+    from qualify.runtime.session import RuntimeSession
+    from qualify.util.identifiers import new_run_id
+
+    session = RuntimeSession(cpu_profile(folders, broken_image), run_id=new_run_id("preflight-wired"),
+                             draft_revision=folder_revision(folders["draft"]), checkpoint_dir=folders["draft"],
+                             image_digest=docker_client.images.get(broken_image).id, launcher_preflight=True)
+    try:
+        with pytest.raises(LaunchMismatch, match=r"arm checkpoint: PORT: the arm means \d+, vLLM was given 8000"):
+            session.start()
+        with pytest.raises(LaunchMismatch):  # asked again: the same fault, nothing launched a second time
+            session.start()
+        assert session.runtime is None  # the checkpoint's own container never started
+        record = session.summary()["launcher_preflight"]
+        assert record["ok"] is False and [a["arm"] for a in record["arms"]] == [comp.CHECKPOINT]
+    finally:
+        assert session.close() is None

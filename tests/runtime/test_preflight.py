@@ -272,3 +272,32 @@ def test_the_standin_finds_no_draft_without_its_revision_and_sees_the_console_sc
 def test_the_standin_and_the_harness_agree_on_the_marker() -> None:
     text = preflight.STANDIN.read_text(encoding="utf-8")
     assert f'MARKER = "{preflight.MARKER}"' in text and f'HERE = "{preflight.STANDIN_DIR}"' in text
+
+
+def test_an_arm_that_fetches_a_model_is_said_so(seed: Profile, arms: dict[str, plans.LaunchPlan],
+                                                tmp_path: Path) -> None:
+    assert all(preflight.unmounted(plan) is None for plan in arms.values())
+    bare = plans.build_plan(seed, draft_revision=CANDIDATE)
+    assert preflight.unmounted(bare) == f"the target {TARGET_REPO} is not mounted (no --target-snapshot)"
+    fetched = plans.build_plan(seed, draft_revision=CANDIDATE, target_snapshot=hub_snapshot(tmp_path / "t"))
+    assert preflight.unmounted(fetched) == (f"the draft {DRAFT_REPO} at {CANDIDATE} is not mounted (the launcher "
+                                            "fetches it)")
+    cached = plans.build_plan(seed, draft_revision=CANDIDATE, target_snapshot=hub_snapshot(tmp_path / "c"),
+                              hf_cache=tmp_path / "c" / "hub")
+    assert preflight.unmounted(cached) is None  # a whole hub cache mounted holds it
+    reference = comp.companion_plan(fetched, comp.REFERENCE, port=fetched.port, published=PUBLISHED)
+    assert preflight.unmounted(reference) is None
+
+
+def test_a_run_leaves_out_the_arms_that_fetch_and_says_why(seed: Profile) -> None:
+    from qualify.runtime.session import RuntimeSession
+
+    def no_engine() -> Any:
+        raise AssertionError("nothing to check: the engine is not asked")
+
+    session = RuntimeSession(seed, run_id="r-preflight", draft_revision=CANDIDATE, companions={comp.REFERENCE: None},
+                             client_factory=no_engine, launcher_preflight=True)
+    session._check_launcher()
+    assert session.preflight_record == {"ok": None, "arms": [], "skipped": {
+        comp.CHECKPOINT: f"the target {TARGET_REPO} is not mounted (no --target-snapshot)",
+        comp.REFERENCE: f"the target {TARGET_REPO} is not mounted (no --target-snapshot)"}}
