@@ -34,7 +34,9 @@ exit codes:
   1  refused: one line per reason (no or a bad signature, a file changed, missing or added after signing, a
      level not passed or missing, a level run on a stand-in or resting on a server log the caller gave, a
      made-up or missing check, a profile this harness does not ship, an edited one or not the --profile one,
-     an unverified revision, a target revision the run did not enforce (without --accept-unpinned-target), an
+     an unverified revision, a revision proven by a hub the release policy does not name (a mirror, a local
+     server: the line names the endpoint), a target revision the run did not enforce (without
+     --accept-unpinned-target, a target snapshot whose files were not proven to be it included), an
      interrupted run, a harness error, a statement naming no harness commit or another than this gate's (a
      gate without .git: --harness-commit, confirmed by its build record) or, with --release-policy, made by
      code that was not that commit's (each file named), a shipped profile or release policy other than the
@@ -75,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "exactly it (name and sha256); default: the profile the run names, which must be a shipped one")
     p.add_argument("--release-policy", action="store_true",
                    help="judge under the committed release policy (qualify/release/policy.toml): its profile, as "
-                   "--profile, and the levels it adds, as --require")
+                   "--profile, the levels it adds, as --require, and the hub endpoints whose metadata may prove a "
+                   "revision (without it: the public hub only)")
     p.add_argument("--checkpoint", type=Path, metavar="DIR",
                    help="the directory about to be released: every file must be the one signed (or reported), and "
                    "every load-relevant file in it must be signed (or reported)")
@@ -168,8 +171,17 @@ def _apply_release_policy(args: argparse.Namespace) -> None:
         raise UsageError(f"--profile {args.profile} contradicts the release policy's profile {policy.profile} "
                          f"({policy.path})")
     args.profile = policy.profile
+    args.hub_endpoints = policy.hub_endpoints
     added = parse_require(args.require) if args.require is not None else ()
     args.require = ",".join((*added, *policy.required_levels))
+
+
+def _hub_endpoints(args: argparse.Namespace) -> tuple[str, ...]:
+    """The hubs whose metadata may prove a revision: the release policy's, else the public hub alone."""
+    from qualify.checkpoint.hub import DEFAULT_ENDPOINT
+
+    named = getattr(args, "hub_endpoints", None)
+    return tuple(named) if named else (DEFAULT_ENDPOINT,)
 
 
 def _regular_file(path: Path, what: str) -> None:
@@ -304,7 +316,7 @@ def _gate_attestation(args: argparse.Namespace, attestation: Path) -> int:
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
                         allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
                         harness_commit=commit, own_commit_unknown=unknown, committed_harness=args.release_policy,
-                        accept_unpinned_target=args.accept_unpinned_target,
+                        accept_unpinned_target=args.accept_unpinned_target, hub_endpoints=_hub_endpoints(args),
                         runtime_images=policy.runtime_images if policy is not None else None)
     reasons += attestation_refusals(att, expected, version=__version__, defined=level_checks())
     if commit is not None:  # else the statement is refused already, saying why this gate knows no commit
@@ -370,7 +382,7 @@ def _gate_report(args: argparse.Namespace) -> int:
     expected = Expected(required_levels=required, checkpoint_files=files, revision=revision, profile=profile,
                         allow_unpinned=args.allow_unpinned, allow_untrusted_source=args.allow_untrusted_source,
                         defined_checks=level_checks(), harness_version=__version__,
-                        accept_unpinned_target=args.accept_unpinned_target,
+                        accept_unpinned_target=args.accept_unpinned_target, hub_endpoints=_hub_endpoints(args),
                         runtime_images=policy.runtime_images if policy is not None else None)
     reasons = stored_contradictions(stored, report)
     reasons += refusals(report, expected)

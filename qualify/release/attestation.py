@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qualify.checkpoint.hub import DEFAULT_ENDPOINT
 from qualify.errors import AttestationError, HarnessError, JsonProblem
 from qualify.release.signing import PAYLOAD_TYPE, SigningKey, sign_model, sign_statement, sslib_key
 from qualify.report.target import target_revision_record
@@ -70,6 +71,13 @@ MODEL_SIGNATURE = "model-signature"
 VERIFIED_BY_CONTENT = "content of the local folder"
 VERIFIED_BY_HUB = "hub download at that commit"
 VERIFIED_BY_HUB_METADATA = "hub metadata at that commit"
+#: The ways of verifying a draft revision that rest on what a hub answered (and so on which hub answered).
+VERIFIED_BY_A_HUB = (VERIFIED_BY_HUB, VERIFIED_BY_HUB_METADATA)
+#: The annotation, on the draft, source and target descriptors, naming the hub endpoint the run consulted
+#: (normalized: no credentials); their URIs name it too. None: the run recorded none.
+HUB_ENDPOINT = "hubEndpoint"
+#: The report's ``environment`` key of that endpoint (run/pipeline.py writes it).
+HUB_ENDPOINT_KEY = "hub_endpoint"
 
 
 # ---------------------------------------------------------------- the statement (pure)
@@ -89,41 +97,48 @@ def _descriptor(name: str, *, digest: Mapping[str, Any] | None = None, uri: str 
     return out
 
 
-def _source_descriptor(source: dict[str, Any]) -> dict[str, Any]:
+def _source_descriptor(source: dict[str, Any], hub: str | None) -> dict[str, Any]:
     """The source as the run proved it: a repository and commit only when ``source.identity`` verified them."""
     identity = source.get("identity")
     if not isinstance(identity, dict):
         # No check read the source (or the report predates the identity record): the pin is the profile's.
-        return _descriptor(SOURCE, uri=_hub_uri(source.get("repo")), digest=_git_commit(source.get("revision")),
-                           annotations={"identity": "not read"})
+        return _descriptor(SOURCE, uri=_hub_uri(source.get("repo"), hub), digest=_git_commit(source.get("revision")),
+                           annotations={"identity": "not read", **_hub_note(hub)})
     if identity.get("status") == "verified":
-        return _descriptor(SOURCE, uri=_hub_uri(identity.get("repo")), digest=_git_commit(identity.get("revision")),
-                           annotations={"identity": "verified", "method": identity.get("method")})
+        return _descriptor(SOURCE, uri=_hub_uri(identity.get("repo"), hub),
+                           digest=_git_commit(identity.get("revision")),
+                           annotations={"identity": "verified", "method": identity.get("method"), **_hub_note(hub)})
     # Unproven: the repository it was meant to be, with no commit digest (nothing shows these are its bytes).
-    return _descriptor(SOURCE, uri=_hub_uri(identity.get("claimed_repo") or source.get("repo")) or "urn:qualify:source",
+    return _descriptor(SOURCE, uri=_hub_uri(identity.get("claimed_repo") or source.get("repo"), hub)
+                       or "urn:qualify:source",
                        annotations={"identity": identity.get("status"), "method": identity.get("method"),
-                                    "claimedRevision": identity.get("claimed_revision")})
+                                    "claimedRevision": identity.get("claimed_revision"), **_hub_note(hub)})
 
 
-def _target_descriptor(target: Mapping[str, Any], environment: Mapping[str, Any] | None) -> dict[str, Any]:
+def _target_descriptor(target: Mapping[str, Any], environment: Mapping[str, Any] | None,
+                       hub: str | None) -> dict[str, Any]:
     """The target as the run held it: its commit as a digest only where the launch enforced that very revision
     (a launcher variable, or a pinned snapshot with the hub offline); otherwise the profile's revision is a claim,
     annotated with the reason it was not enforced, and no digest says it was pinned."""
     record = target_revision_record(environment)
-    uri = _hub_uri(target.get("repo")) or "urn:qualify:target"
+    uri = _hub_uri(target.get("repo"), hub) or "urn:qualify:target"
     claimed = target.get("revision")
     if record["enforced"] and record["revision"] == claimed:
-        notes: dict[str, Any] = {"revisionEnforced": True, "method": record["method"]}
+        notes: dict[str, Any] = {"revisionEnforced": True, "method": record["method"], **_hub_note(hub)}
         if record.get("variable"):
             notes["variable"] = record["variable"]
         snapshot = record.get("snapshot")
         if isinstance(snapshot, Mapping):
             notes["snapshotRefs"] = list(snapshot.get("refs") or [])
+        identity = record.get("identity")
+        if isinstance(identity, Mapping):
+            # How the snapshot's files were proven to be the revision, and which hub's metadata proved it.
+            notes.update(identity=identity.get("method"), identityHubEndpoint=identity.get("hub_endpoint"))
         return _descriptor(TARGET, uri=uri, digest=_git_commit(claimed), annotations=notes)
     reason = record["reason"] if not record["enforced"] else (
         f"the launch enforced revision {record['revision']}, not the profile's {claimed}")
     return _descriptor(TARGET, uri=uri, annotations={"revisionEnforced": False, "claimedRevision": claimed,
-                                                     "reason": reason})
+                                                     "reason": reason, **_hub_note(hub)})
 
 
 def _harness_descriptor(version: Any, source: Any) -> dict[str, Any]:
@@ -141,8 +156,19 @@ def _harness_descriptor(version: Any, source: Any) -> dict[str, Any]:
                        annotations=notes)
 
 
-def _hub_uri(repo: str | None) -> str | None:
-    return f"https://huggingface.co/{repo}" if repo else None
+def _hub_uri(repo: str | None, hub: str | None) -> str | None:
+    return f"{hub or DEFAULT_ENDPOINT}/{repo}" if repo else None
+
+
+def _hub_note(hub: str | None) -> dict[str, str]:
+    # Left out, not null, when the run recorded no endpoint: the gate reads either as "no hub named".
+    return {HUB_ENDPOINT: hub} if hub else {}
+
+
+def run_hub_endpoint(report: Mapping[str, Any]) -> str | None:
+    """The hub endpoint the run consulted (``environment.hub_endpoint``), or None when it recorded none."""
+    found = (report.get("environment") or {}).get(HUB_ENDPOINT_KEY)
+    return found if isinstance(found, str) and found else None
 
 
 def _git_commit(revision: str | None) -> dict[str, str]:
@@ -236,6 +262,7 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
     target = conditions.get("target") or {}
     harness = report.get("harness") or {}
     image_digest, image_notes = _image_digest(report)
+    hub = run_hub_endpoint(report)
     unhashed = sorted(f["path"] for f in checkpoint.get("files") or [] if not f.get("sha256"))
     config = [
         _harness_descriptor(harness.get("version"), (report.get("environment") or {}).get("harness_source")),
@@ -244,13 +271,13 @@ def build_statement(report: Mapping[str, Any], report_sha256: str,
                                  "interrupted": report.get("interrupted"), "errors": len(report.get("errors") or []),
                                  "levels": [_level_annotation(lv, stand_in) for lv in report.get("levels", [])]}),
         _descriptor(PROFILE, digest={"sha256": profile.get("sha256")}, annotations={"name": profile.get("name")}),
-        _descriptor(DRAFT, uri=_hub_uri(checkpoint.get("repo")), annotations={
+        _descriptor(DRAFT, uri=_hub_uri(checkpoint.get("repo"), hub), annotations={
             "revision": checkpoint.get("revision"), "revisionSource": checkpoint.get("revision_source"),
             "revisionVerifiedBy": checkpoint.get("revision_verified_by"),
             "revisionVerification": checkpoint.get("revision_verification"), "obtained": checkpoint.get("obtained"),
-            "unhashedFiles": unhashed}),
-        _source_descriptor(source),
-        _target_descriptor(target, report.get("environment")),
+            "unhashedFiles": unhashed, **_hub_note(hub)}),
+        _source_descriptor(source, hub),
+        _target_descriptor(target, report.get("environment"), hub),
         _descriptor(RUNTIME_IMAGE, digest=image_digest, annotations=image_notes),
     ]
     config += [_descriptor(PROMPTS_PREFIX + name, digest={"sha256": sha}, media_type="application/json")

@@ -9,6 +9,8 @@ refuses unless every one of these holds, and names each one that does not:
 - the run was not interrupted and recorded no harness errors;
 - the source folder was proven to be the pinned revision (``source.identity``); one trusted
   on ``--trust-local-source`` without proof is refused unless ``--allow-untrusted-source``;
+- a revision proven by a hub's metadata was proven by a hub the release policy names
+  (:mod:`qualify.release.hub_trust`): a mirror's or a local server's answer leaves it only claimed;
 - the report was made under a profile this harness ships, with that profile's exact bytes
   (its sha256): an edited copy with fewer requirements cannot pass as it, and a profile of
   one's own (lenient floors, a wide margin) qualifies for development, never for a release.
@@ -49,6 +51,7 @@ from pathlib import Path
 
 from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.files import FileEntry, is_never_loaded, list_checkpoint_files, storage_roots
+from qualify.checkpoint.hub import DEFAULT_ENDPOINT
 from qualify.errors import CheckpointError, UsageError
 from qualify.release.attestation import (
     DRAFT,
@@ -62,6 +65,7 @@ from qualify.release.attestation import (
     logs_given_by,
 )
 from qualify.release.checklist import level_of_check
+from qualify.release.hub_trust import attested_hub_proofs, hub_refusals, report_hub_proofs
 from qualify.release.origin import harness_refusals, image_refusals
 from qualify.report.model import LEVELS, Run, Status, Verdict
 from qualify.report.target import RUNTIME_LEVELS, target_revision_record
@@ -104,6 +108,8 @@ class Expected:
     runtime_images: tuple[str, ...] | None = None
     # Accept a run whose runtime was not held to the target's pinned revision (--accept-unpinned-target).
     accept_unpinned_target: bool = False
+    # The hub endpoints whose metadata may prove a revision (the release policy's hub_endpoints).
+    hub_endpoints: tuple[str, ...] = (DEFAULT_ENDPOINT,)
 
 
 #: The gate's flag that accepts a run whose target revision was not enforced; a pass it allows says so.
@@ -238,6 +244,7 @@ def refusals(run: Run, expected: Expected) -> list[str]:
     reasons += image_refusals(image if isinstance(image, str) and image else None, expected)
     reasons += target_refusals(*report_target(run), expected)
     reasons.extend(source_refusals(run, allow_untrusted=expected.allow_untrusted_source))
+    reasons += hub_refusals(report_hub_proofs(run, expected.revision), expected.hub_endpoints)
 
     if expected.harness_version is not None and run.harness_version != expected.harness_version:
         reasons.append(f"the report was made by qualify {run.harness_version}; this gate (qualify "
@@ -499,6 +506,11 @@ def attestation_refusals(att: Attested, expected: Expected, *, version: str,
         reasons.append("the runtime was launched unpinned, so the run is not reproducible; pin the image digest and "
                        "revisions, or pass --allow-unpinned to accept that")
     reasons += target_refusals(*attested_target(att), expected)
+    if att.target_enforced and att.annotation(TARGET, "method") == "pinned-snapshot" \
+            and not isinstance(att.annotation(TARGET, "identity"), str):
+        reasons.append("the attestation says a mounted target snapshot held the runtime to the target revision, but "
+                       "not how its files were proven to be that revision (a folder's name proves nothing)")
+    reasons += hub_refusals(attested_hub_proofs(att, expected.revision), expected.hub_endpoints)
 
     if expected.revision is not None:
         recorded = att.annotation(DRAFT, "revision")

@@ -13,12 +13,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from qualify.checkpoint.hub import DEFAULT_ENDPOINT, normalize_endpoint
 from qualify.errors import UsageError
 from qualify.util.identifiers import is_repo_id
 
 #: The policy the release workflow applies.
 POLICY_FILE = Path(__file__).with_name("policy.toml")
-_KEYS = {"profile", "require", "repository", "runtime_images"}
+_KEYS = {"profile", "require", "repository", "runtime_images", "hub_endpoints"}
 #: A runtime image as the policy pins it: the image ID (the sha256 of its configuration), as the run records it.
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -34,6 +35,9 @@ class ReleasePolicy:
         path: the file it was read from.
         runtime_images: the image IDs (``sha256:<64 hex>``) a release run may have run on; empty until a
             release engineer pins one, and then the gate refuses every release.
+        hub_endpoints: the hub endpoints (normalized, :func:`qualify.checkpoint.hub.normalize_endpoint`) whose
+            metadata may prove a revision for a release; an answer from any other (a mirror, a local server)
+            leaves it only claimed. Default: the public hub.
     """
 
     profile: str
@@ -41,6 +45,7 @@ class ReleasePolicy:
     repository: str
     path: Path
     runtime_images: tuple[str, ...] = ()
+    hub_endpoints: tuple[str, ...] = (DEFAULT_ENDPOINT,)
 
 
 def check_repo_id(repo: str, what: str = "repository") -> str:
@@ -95,8 +100,17 @@ def load_policy(path: Path = POLICY_FILE) -> ReleasePolicy:
     if not isinstance(images, list) or not all(isinstance(i, str) and _IMAGE_ID.fullmatch(i) for i in images):
         raise UsageError(f"{path}: runtime_images must be a list of image IDs (sha256:<64 lowercase hex>, as "
                          "`docker image inspect --format '{{.Id}}' IMAGE` prints them)")
+    hubs = data.get("hub_endpoints", [DEFAULT_ENDPOINT])
+    if not isinstance(hubs, list) or not hubs or not all(isinstance(h, str) for h in hubs):
+        raise UsageError(f"{path}: hub_endpoints must be a non-empty list of https URLs (the hubs whose metadata "
+                         "may prove a revision)")
+    named = tuple(dict.fromkeys(normalize_endpoint(h, f"{path}: hub_endpoints entry") for h in hubs))
+    plain = [h for h in named if not h.startswith("https://")]
+    if plain:
+        raise UsageError(f"{path}: hub_endpoints {', '.join(plain)}: not https; an answer anyone on the way can "
+                         "rewrite proves nothing")
     return ReleasePolicy(profile=name, required_levels=levels, repository=repo, path=Path(path),
-                         runtime_images=tuple(images))
+                         runtime_images=tuple(images), hub_endpoints=named)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qualify import errors
 from qualify.checkpoint.checksums import content_revision, folder_revision, sha256_files
@@ -22,11 +22,16 @@ from qualify.checkpoint.pinned import PinnedFolder
 from qualify.core import LEVELS
 from qualify.errors import HarnessError, UsageError
 from qualify.profile import Profile
-from qualify.release.attestation import VERIFIED_BY_CONTENT, VERIFIED_BY_HUB_METADATA
+from qualify.release.attestation import HUB_ENDPOINT_KEY, VERIFIED_BY_CONTENT, VERIFIED_BY_HUB_METADATA
 from qualify.release.signing import SigningKey
 from qualify.report.model import Run
+from qualify.report.target import TARGET_IDENTITY_KEY
 from qualify.run.context import GivenServers, LaunchOptions, RunContext
 from qualify.run.pinning import PINNED_KEY, pinned_copy, record_pinned
+from qualify.util.escape import escape_terminal
+
+if TYPE_CHECKING:
+    from qualify.checkpoint.target_identity import TargetProof
 
 CHECKPOINT_LEVELS = ("structure", "format", "reproduction")
 #: The JUnit XML pytest writes into the run folder, beside report.json.
@@ -154,8 +159,23 @@ def verify_revision_by_hub(repo: str | None, revision: str, folder: Path, *, cac
             problems.append(f"{rel} of the commit is missing from the folder")
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        return None, f"only claimed: the folder is not {repo}@{revision} on {access.endpoint}: {shown}"
-    return VERIFIED_BY_HUB_METADATA, f"every file equals the hub's metadata of {repo}@{revision} on {access.endpoint}"
+        return None, f"only claimed: the folder is not {repo}@{revision} on {access.name}: {shown}"
+    return VERIFIED_BY_HUB_METADATA, f"every file equals the hub's metadata of {repo}@{revision} on {access.name}"
+
+
+def prove_target_snapshot(snapshot: Path, profile: Profile) -> TargetProof:
+    """The mounted target snapshot's files against ``[target.sha256]`` or the hub's metadata at ``[target].revision``,
+    hashed once with the run's progress display; one line says what was found and how long hashing took."""
+    from qualify.checkpoint.target_identity import prove_target
+
+    assert profile.target is not None and profile.target.revision is not None  # checked with the snapshot
+    proof = prove_target(snapshot, repo=profile.target.repo or "", revision=profile.target.revision,
+                         pins=profile.target_sha256, timeout=HUB_REVISION_TIMEOUT_S)
+    verdict = (f"proven by {proof.method}" + (f" ({proof.hub_endpoint})" if proof.hub_endpoint else "")
+               if proof.verified else "NOT proven, so its revision is only claimed")
+    print(escape_terminal(f"target snapshot {profile.target.repo}@{profile.target.revision}: {verdict}; "
+                          f"{proof.files} files, {proof.bytes / 1e9:.2f} GB hashed in {proof.hash_seconds:.1f} s"))
+    return proof
 
 
 def resolve_checkpoint(opts: RunOptions, pinned: PinnedFolder | None = None) -> Resolved:
@@ -270,6 +290,12 @@ def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Pat
         if log is not None and not log.is_file():
             raise UsageError(f"{flag} {log}: no such file (the log of the server given by endpoint)")
     profile = opts.profile
+    from qualify.checkpoint.hub import run_endpoint
+
+    # Which hub this run's proofs ask (a malformed HF_ENDPOINT is refused here): a revision the report calls
+    # verified by the hub's metadata is only as good as the hub that answered.
+    hub_endpoint = run_endpoint()
+    target_proof = None
     if opts.target_snapshot is not None:
         # A snapshot that is not the pinned target is refused before any level runs, not when the load level starts.
         from qualify.runtime.plan import check_target_snapshot
@@ -278,6 +304,7 @@ def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Pat
             raise UsageError(f"--target-snapshot: profile {profile.name} pins no target revision ([target].revision) "
                              "for the snapshot to be at")
         check_target_snapshot(opts.target_snapshot, profile.target.repo or "", profile.target.revision)
+        target_proof = prove_target_snapshot(opts.target_snapshot, profile)
     if opts.target is not None and profile.serves_from_runtime:
         # Its runtime containers mount [local_server].target where MODEL_REVISION names it: another folder
         # would be served under the pinned revision's name.
@@ -293,6 +320,9 @@ def _run_levels(opts: RunOptions, stack: contextlib.ExitStack) -> tuple[Run, Pat
         verify_fetched(draft, pinned, opts.hf_cache)
     source = resolve_source(opts)
     run = new_run(profile, draft.path, source.path, opts.levels, command=opts.command)
+    run.environment[HUB_ENDPOINT_KEY] = hub_endpoint
+    if target_proof is not None:
+        run.environment[TARGET_IDENTITY_KEY] = target_proof.to_dict()
     run.checkpoint.update(draft.record())
     if pinned is not None:
         record_pinned(run, pinned)

@@ -33,6 +33,7 @@ from qualify.release.checklist import level_checks
 from qualify.release.gate import Expected, ShippedProfile, attestation_refusals
 from qualify.util.escape import escape_terminal
 from tests.helpers import FIXTURE, REPO, TRACEBACK, run_qualify, write_key
+from tests.run_builders import target_proof
 
 CHECKPOINT_LEVELS = "structure,format,reproduction"
 REQUIRE = ("--require", CHECKPOINT_LEVELS)
@@ -550,13 +551,17 @@ NOT_ENFORCED = {"revision": TARGET_REV, "enforced": False, "method": None, "vari
 RUNTIME_LEVELS = ("structure", "format", "reproduction", "load")
 
 
-def runtime_report(record: dict | None) -> dict:
-    """A qualified statement's report whose required levels include load, with the run's target record (if any)."""
+def runtime_report(record: dict | None, proof: dict | None = None) -> dict:
+    """A qualified statement's report whose required levels include load, with the run's target record (if any)
+    and the proof of a mounted target snapshot's files (if any)."""
     checks = level_checks()
     runtime: dict = {"reproducible": True}
     if record is not None:
         runtime["plan"] = {"target_revision_enforcement": record}
-    report = minimal_report(environment={"runtime": runtime})
+    environment: dict = {"runtime": runtime}
+    if proof is not None:
+        environment["target_identity"] = proof
+    report = minimal_report(environment=environment)
     report["profile"]["conditions"] = {"target": {"repo": "org/target", "revision": TARGET_REV}}
     report["levels"].append({"name": "load", "required": True, "status": "passed",
                              "checks": [{"id": cid, "status": "passed"} for cid in checks["load"]]})
@@ -578,13 +583,73 @@ def test_an_unenforced_target_revision_is_a_claim_in_the_statement_not_a_digest(
     assert target_of(minimal_report())["annotations"]["revisionEnforced"] is False
     # A record that enforced another revision than the profile's pins nothing either.
     other = {**NOT_ENFORCED, "enforced": True, "method": "pinned-snapshot", "reason": None, "revision": "8" * 40}
-    assert target_of(runtime_report(other))["annotations"] == {
+    assert target_of(runtime_report(other, target_proof("org/target", "8" * 40, "profile digests")))["annotations"] == {
         "revisionEnforced": False, "claimedRevision": TARGET_REV,
         "reason": f"the launch enforced revision {'8' * 40}, not the profile's {TARGET_REV}"}
     enforced = {**other, "revision": TARGET_REV, "snapshot": {"refs": ["main"]}}
-    assert target_of(runtime_report(enforced)) == {
+    assert target_of(runtime_report(enforced, target_proof("org/target", TARGET_REV, "profile digests"))) == {
         "name": "target", "uri": "https://huggingface.co/org/target", "digest": {"gitCommit": TARGET_REV},
-        "annotations": {"revisionEnforced": True, "method": "pinned-snapshot", "snapshotRefs": ["main"]}}
+        "annotations": {"revisionEnforced": True, "method": "pinned-snapshot", "snapshotRefs": ["main"],
+                        "identity": "profile digests", "identityHubEndpoint": None}}
+    # The same snapshot with no proof that its files are the revision: its folder's name is only a claim.
+    unproven = target_of(runtime_report(enforced))
+    assert "digest" not in unproven and unproven["annotations"]["revisionEnforced"] is False
+    assert unproven["annotations"]["reason"].startswith(f"the mounted target snapshot is named revision {TARGET_REV}")
+
+
+LOCAL_HUB = "http://127.0.0.1:8123"
+HUB_TAIL = ("which the release policy does not name (https://huggingface.co): a mirror or a local server answers with "
+            "whatever its operator wrote, so it is only claimed; run again with HF_ENDPOINT unset or set to a hub the "
+            "policy names, or pin the digests in the profile")
+
+
+def test_the_statement_names_the_hub_the_run_consulted_in_its_uris():
+    report = minimal_report(environment={"hub_endpoint": LOCAL_HUB})
+    config = {d["name"]: d for d in a.build_statement(report, "r" * 64)["predicate"]["configuration"]}
+    for name, repo in (("draft", "org/draft"), ("source", "org/source")):
+        assert config[name]["uri"] == f"{LOCAL_HUB}/{repo}"
+        assert config[name]["annotations"][a.HUB_ENDPOINT] == LOCAL_HUB
+    # A report that records none (made before it was recorded): the public hub's URI, and no endpoint claimed.
+    config = {d["name"]: d for d in a.build_statement(minimal_report(), "r" * 64)["predicate"]["configuration"]}
+    assert config["draft"]["uri"] == "https://huggingface.co/org/draft"
+    assert a.HUB_ENDPOINT not in config["draft"]["annotations"]
+
+
+def test_a_revision_verified_by_a_hub_the_policy_does_not_name_is_refused_naming_the_endpoint():
+    report = minimal_report(environment={"hub_endpoint": LOCAL_HUB})
+    report["checkpoint"] = dict(report["checkpoint"], revision_verified_by=a.VERIFIED_BY_HUB_METADATA)
+    report["source"] = {"repo": "org/source", "revision": "b" * 40,
+                        "identity": {**_identity("verified"), "method": "hub cache snapshot and hub"}}
+    reasons = [r for r in policy(report, expected(revision="a" * 40)) if "release policy does not name" in r]
+    assert reasons == [f"draft revision {'a' * 40} was verified by the hub at {LOCAL_HUB}, {HUB_TAIL}",
+                       f"the source (commit {'b' * 40}) was verified by the hub at {LOCAL_HUB}, {HUB_TAIL}"]
+    allowed = expected(revision="a" * 40, hub_endpoints=(LOCAL_HUB,))
+    assert not [r for r in policy(report, allowed) if "release policy does not name" in r]
+    # The public hub, recorded as such, proves it.
+    report["environment"] = {"hub_endpoint": "https://huggingface.co"}
+    assert not [r for r in policy(report, expected(revision="a" * 40)) if "release policy does not name" in r]
+
+
+def test_a_target_snapshot_proven_by_a_local_hub_or_not_said_how_is_refused():
+    enforced = {**NOT_ENFORCED, "enforced": True, "method": "pinned-snapshot", "reason": None}
+    exp = expected(required_levels=RUNTIME_LEVELS)
+    by_local = runtime_report(enforced, target_proof("org/target", TARGET_REV, "hub", LOCAL_HUB))
+    assert [r for r in policy(by_local, exp) if "target" in r] == [
+        f"the mounted target snapshot at revision {TARGET_REV} was verified by the hub at {LOCAL_HUB}, {HUB_TAIL}"]
+    by_hub = runtime_report(enforced, target_proof("org/target", TARGET_REV, "hub", "https://huggingface.co"))
+    assert not [r for r in policy(by_hub, exp) if "target" in r]
+    # A statement (signed by other code) that says a snapshot held the target but not how its files were proven.
+    statement = a.build_statement(by_hub, "r" * 64)
+    target = next(d for d in statement["predicate"]["configuration"] if d["name"] == "target")
+    del target["annotations"]["identity"]
+    reasons = attestation_refusals(a.read_statement(statement), exp, version=__version__, defined=level_checks())
+    assert ("the attestation says a mounted target snapshot held the runtime to the target revision, but not how its "
+            "files were proven to be that revision (a folder's name proves nothing)") in reasons
+    # Unproven: not enforced, so refused as an unpinned target (the reason says why).
+    unproven = runtime_report(enforced, target_proof("org/target", TARGET_REV, None))
+    (reason,) = [r for r in policy(unproven, exp) if "target" in r]
+    assert reason.startswith(f"the target revision was not enforced (the mounted target snapshot's files were not "
+                             f"proven to be revision {TARGET_REV}: only claimed")
 
 
 def test_an_unenforced_target_is_refused_where_a_runtime_level_is_required_unless_accepted():

@@ -677,7 +677,8 @@ def test_the_help_says_what_the_gate_checks_and_how(capsys):
         "every load-relevant file in it must be signed (or reported)",
         "--revision REV the commit about to be released: must equal the draft revision the run verified (40 hex)",
         "--release-policy judge under the committed release policy (qualify/release/policy.toml): its profile, as "
-        "--profile, and the levels it adds, as --require",
+        "--profile, the levels it adds, as --require, and the hub endpoints whose metadata may prove a revision "
+        "(without it: the public hub only)",
         "--allow-unpinned accept a run whose runtime ran from a moving image tag or revision (not reproducible)",
         "--allow-untrusted-source accept a run whose source folder was trusted on --trust-local-source without proof "
         "of its identity",
@@ -687,7 +688,10 @@ def test_the_help_says_what_the_gate_checks_and_how(capsys):
         "profile's launcher takes no revision variable and no --target-snapshot was mounted): the target revision is "
         "then only claimed, and the pass line says WARNING: target revision not enforced. Never implied, under "
         "--release-policy too: a release accepts it only by this flag",
-        "a target revision the run did not enforce (without --accept-unpinned-target)",
+        "a target revision the run did not enforce (without --accept-unpinned-target, a target snapshot whose files "
+        "were not proven to be it included)",
+        "a revision proven by a hub the release policy does not name (a mirror, a local server: the line names the "
+        "endpoint)",
     ):
         assert words in text, words
 

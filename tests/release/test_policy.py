@@ -74,3 +74,27 @@ def test_the_scripts_read_one_field(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "local-inference-lab/GLM-5.3-Flash-DFlash2-MXFP8\n"
     assert main(["nothing"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_the_policy_names_the_hubs_a_release_may_be_proven_by(tmp_path: Path) -> None:
+    assert load_policy().hub_endpoints == ("https://huggingface.co",)
+    # One spelling (the one runs record): a trailing slash, case and the default port do not make another hub.
+    policy = load_policy(_write(tmp_path, 'profile = "fixture"\nrepository = "o/n"\n'
+                                          'hub_endpoints = ["https://HuggingFace.co:443/", "https://hub.example.org/"]\n'))
+    assert policy.hub_endpoints == ("https://huggingface.co", "https://hub.example.org")
+    # Not named: the public hub alone.
+    assert load_policy(_write(tmp_path, 'profile = "fixture"\nrepository = "o/n"\n')).hub_endpoints == (
+        "https://huggingface.co",)
+
+
+@pytest.mark.parametrize(("hubs", "words"), [
+    ('[]', "hub_endpoints must be a non-empty list of https URLs"),
+    ('"https://huggingface.co"', "hub_endpoints must be a non-empty list"),
+    ('["http://127.0.0.1:8080"]', "hub_endpoints http://127.0.0.1:8080: not https"),
+    ('["huggingface.co"]', "hub_endpoints entry 'huggingface.co' is not an http(s) URL"),
+])
+def test_a_hub_list_that_cannot_be_used_is_refused_naming_why(tmp_path: Path, hubs: str, words: str) -> None:
+    path = _write(tmp_path, f'profile = "fixture"\nrepository = "o/n"\nhub_endpoints = {hubs}\n')
+    with pytest.raises(UsageError) as caught:
+        load_policy(path)
+    assert words in str(caught.value) and str(path) in str(caught.value)

@@ -3,6 +3,7 @@ never qualifying, local servers failing loudly -- all without a server, in-proce
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -68,6 +69,41 @@ def test_an_unreachable_hub_is_a_written_not_qualified_report(tmp_path: Path, mo
     assert any("draft qualify-fixtures/dflash2-tiny-mxfp8@" + rev in e and "not (completely) in the local cache" in e
                for e in back.errors), back.errors
     assert back.level("structure").reason.startswith("not run: the inputs could not be obtained")
+
+
+def _target_snapshot(root: Path, files: dict[str, bytes]) -> Path:
+    """A hub-cache snapshot of the fixture profile's target at [target].revision holding ``files``."""
+    target = load_profile("fixture").target
+    assert target is not None and target.repo and target.revision
+    repo_dir = root / ("models--" + target.repo.replace("/", "--"))
+    snap = repo_dir / "snapshots" / target.revision
+    (repo_dir / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for rel, data in files.items():
+        blob = repo_dir / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snap / rel).symlink_to(blob)
+    return snap
+
+
+def test_a_target_snapshot_is_hashed_once_proven_or_only_claimed_and_the_report_says_how_long(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub to ask, no digests pinned: its folder name is all it has
+    made_up = {"config.json": b'{"architectures": ["LlamaForCausalLM"]}\n'}
+    snap = _target_snapshot(tmp_path / "cache", made_up)
+    run, _, _ = run_qualification(_opts(tmp_path, target_snapshot=snap))
+    proof = run.environment["target_identity"]
+    assert proof["verified"] is False and proof["method"] is None and proof["files"] == 1
+    assert proof["reason"].startswith("only claimed: the profile pins no digests for the target ([target.sha256])")
+    assert proof["hash_seconds"] >= 0 and proof["bytes"] == len(made_up["config.json"])
+    out = capsys.readouterr().out
+    assert "NOT proven, so its revision is only claimed; 1 files, 0.00 GB hashed in" in out
+    # Pinned by the profile: proven by those digests, offline too.
+    pinned = {"config.json": hashlib.sha256(made_up["config.json"]).hexdigest()}
+    monkeypatch.setattr(type(load_profile("fixture")), "target_sha256", property(lambda self: pinned))
+    run, _, _ = run_qualification(_opts(tmp_path, target_snapshot=snap))
+    assert run.environment["target_identity"]["verified"] is True
+    assert run.environment["target_identity"]["method"] == "profile digests"
 
 
 def _broken_reproduction(tmp_path: Path) -> Path:
@@ -192,6 +228,8 @@ def test_qualify_run_fetches_draft_and_source_from_the_hub_at_their_commits(tmp_
     assert run.checkpoint["path"] == str(snapshot / commit)
     # The revision is verified from the pinned bytes against the hub's metadata of the commit, not by the download.
     assert run.checkpoint["revision_verified_by"] == "hub metadata at that commit"
+    # By this local hub, and the report says so: the gate holds such a proof to the release policy's hubs.
+    assert run.environment["hub_endpoint"] == hub.url
     if corrupt is None:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert str(run.verdict) == "qualified"
