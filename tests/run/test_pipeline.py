@@ -240,6 +240,41 @@ def test_qualify_run_fetches_draft_and_source_from_the_hub_at_their_commits(tmp_
 
 
 @pytest.mark.slow
+def test_a_release_whose_revisions_a_local_hub_verified_is_refused_by_the_gate_naming_it(tmp_path: Path) -> None:
+    """A local server answering HF_ENDPOINT "verifies" the draft revision; signed, the run's statement names that
+    endpoint, and the gate (the public hub only) refuses the revision as only claimed, naming the endpoint."""
+    from tests.helpers import write_key
+
+    commit = "4444444444444444444444444444444444444444"
+    priv, pub = write_key(tmp_path, "release")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
+    with _hub_with_fixture(commit).serving() as hub:
+        env["HF_ENDPOINT"] = hub.url
+        reports = tmp_path / "reports"
+        proc = subprocess.run([sys.executable, "-m", "qualify.cli", "run", "--profile", "fixture", "--draft-revision",
+                               commit, "--hf-cache", str(tmp_path / "cache"), "--levels",
+                               "structure,format,reproduction", "--report-dir", str(reports), "--sign-key", str(priv)],
+                              cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = reports.glob("*/")
+    run = read_json(run_dir / "report.json")
+    gate = subprocess.run([sys.executable, "-m", "qualify.cli", "gate", "--attestation",
+                           str(run_dir / "attestation.intoto.jsonl"), "--verify-key", str(pub), "--checkpoint",
+                           str(run.checkpoint["path"]), "--revision", commit, "--profile", "fixture"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in env.items() if k != "HF_ENDPOINT"})
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    lines = gate.stdout.splitlines()
+    assert (f"refused: draft revision {commit} was verified by the hub at {hub.url}, which the release policy does "
+            "not name (https://huggingface.co): a mirror or a local server answers with whatever its operator wrote, "
+            "so it is only claimed; run again with HF_ENDPOINT unset or set to a hub the policy names, or pin the "
+            "digests in the profile") in lines, gate.stdout
+    # The fixture's source is proven by the profile's pinned digests, which ask no hub: not held to one.
+    assert run.source["identity"]["method"] == "profile digests"
+    assert not any(line.startswith("refused: the source") for line in lines), gate.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("served_other", [False, True])
 def test_a_hub_fetched_source_is_proven_by_its_snapshot_and_the_hub(tmp_path: Path, served_other: bool) -> None:
     """A profile that pins no source digests (the seed's): the downloaded snapshot and the hub's metadata prove it."""
