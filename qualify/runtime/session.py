@@ -39,8 +39,8 @@ from qualify.runtime import engine, labels
 from qualify.runtime import image as images
 from qualify.runtime import plan as plans
 from qualify.runtime.gpu import GpuInventory, check_gpus, query_gpus
-from qualify.runtime.log_evidence import check_log_evidence, read_log
-from qualify.util.ports import free_port
+from qualify.runtime.log_evidence import check_log_evidence
+from qualify.util.ports import free_port, release_port
 from qualify.util.progress import WaitProgress
 
 SERVER_LOG = "server.log"
@@ -134,10 +134,16 @@ class RuntimeSession:
         self._companion_ready: dict[str, str] = {}
         self._companion_waits: dict[str, threading.Thread] = {}
         self._companion_failures: dict[str, errors.RuntimeFailure] = {}
+        self._companion_faults: dict[str, errors.HarnessError] = {}
         self._client_factory = client_factory
         self._gpu_query = gpu_query
         self._client: Any = None
         self._steps: dict[str, Evidence] = {}
+        # A step the harness or the machine broke: raised again on every later ask, never recomputed (a relaunch
+        # or a second wait would change what the checks that already ran saw).
+        self._faults: dict[str, errors.HarnessError] = {}
+        # Each relaunch after a port was taken between the choice and the bind: the port lost and the one used.
+        self.relaunches: list[dict[str, Any]] = []
         self.runtime: c.RuntimeContainer | None = None
         self._signals = contextlib.ExitStack()
         # Each arm's container as it came and went (wall clock): the report shows when two ever overlapped.
@@ -155,9 +161,32 @@ class RuntimeSession:
         return self._client
 
     def _once(self, step: str, compute: Callable[[], Evidence]) -> Evidence:
+        if step in self._faults:
+            raise self._faults[step]
         if step not in self._steps:
-            self._steps[step] = compute()
+            try:
+                self._steps[step] = compute()
+            except errors.HarnessError as exc:
+                self._faults[step] = exc
+                raise
         return self._steps[step]
+
+    def _wait_relaunching(self, role: str, runtime: c.RuntimeContainer, *, quiet: bool) -> c.RuntimeContainer:
+        """Wait until ``role``'s container serves, relaunched once on another port after a bind error."""
+        if role != comp.CHECKPOINT and self.side_by_side:  # a relaunch's stop would remove the arms serving now
+            runtime.wait_ready(poll_s=1.0, quiet=quiet)
+            return runtime
+
+        def swap(old: c.RuntimeContainer, new: c.RuntimeContainer) -> None:
+            self._arm_stopped(role)
+            self.relaunches.append({"container": old.plan.name, "port_lost": old.plan.port, "port": new.plan.port})
+            if role == comp.CHECKPOINT:
+                self.runtime, self.plan = new, new.plan
+            else:
+                self.companions[role] = new
+            self._arm_started(role, new)
+
+        return c.wait_relaunching(runtime, quiet=quiet, on_relaunch=swap)
 
     # ---- preflight
     def gpu_preflight(self) -> Evidence:
@@ -299,9 +328,11 @@ class RuntimeSession:
 
     def _await_companion(self, role: str, runtime: c.RuntimeContainer, *, quiet: bool = True) -> None:
         try:
-            runtime.wait_ready(poll_s=1.0, quiet=quiet)
+            self._wait_relaunching(role, runtime, quiet=quiet)
         except errors.RuntimeFailure as exc:
             self._companion_failures[role] = exc
+        except errors.HarnessError as exc:  # killed from outside, its port taken twice: no verdict on it
+            self._companion_faults[role] = exc
         except Exception as exc:  # the engine's client failing under the wait: the companion is not usable
             self._companion_failures[role] = errors.RuntimeFailure(f"waiting for {runtime.plan.name} failed: {exc}")
 
@@ -372,6 +403,10 @@ class RuntimeSession:
                 while waiter.is_alive():
                     waiter.join(timeout=1.0)
                     progress.tick("starting")
+        fault = self._companion_faults.get(role)
+        if fault is not None:
+            raise fault
+        runtime = self.companions[role]  # relaunched after a bind error, maybe
         exc = self._companion_failures.get(role)
         if exc is not None:
             said = c.runtime_error_line(exc.log_tail) if exc.log_tail else None
@@ -421,14 +456,19 @@ class RuntimeSession:
     def ready(self) -> Evidence:
         def compute() -> Evidence:
             assert self.runtime is not None and self.runtime.container is not None
-            summary = (f"{self.plan.endpoint} serves {self.plan.served_model_name!r} within "
-                       f"{self.plan.startup_timeout_s:.0f} s")
+            def summary() -> str:  # the endpoint moves with a relaunch
+                return f"{self.plan.endpoint} serves {self.plan.served_model_name!r} within " \
+                       f"{self.plan.startup_timeout_s:.0f} s"
             try:
-                readiness = self.runtime.wait_ready()
+                self.runtime = self._wait_relaunching(comp.CHECKPOINT, self.runtime, quiet=False)
             except errors.RuntimeFailure as exc:
-                return c.failure_evidence(summary, exc)
-            ev = Evidence(summary + f" (ready after {readiness.ready_s:.1f} s)")
+                return c.failure_evidence(summary(), exc)
+            readiness = self.runtime.readiness
+            assert readiness is not None
+            ev = Evidence(summary() + f" (ready after {readiness.ready_s:.1f} s)")
             ev.measured.update(readiness.to_dict())
+            if self.relaunches:
+                ev.measured["relaunched"] = list(self.relaunches)
             if self.side_by_side:
                 # Started once the container serves, while the first serving levels run: measured on 2 shared
                 # cores, three vLLM CPU engines starting at once took 290 s, one then two about half that.
@@ -487,12 +527,16 @@ class RuntimeSession:
                               duration_s=sum(r.duration_s for r in records))
         finally:
             self._signals.close()
+            for plan in (self.plan, *(rt.plan for rt in self.companions.values())):
+                release_port(plan.port)
 
     def teardown(self) -> Evidence:
+        """The teardown's evidence; ``measured["started"]`` is False (and nothing is judged) when no container
+        was ever started: there was nothing to tear down, which says nothing about the checkpoint."""
         record = self.close()
         if record is None:
             ev = Evidence(f"no container of run {self.run_id} is left")
-            ev.add("no container was started, so no teardown was exercised")
+            ev.measured["started"] = False
             return ev
         return c.check_teardown(record, self.run_id)
 
@@ -506,7 +550,7 @@ class RuntimeSession:
                       "server); its container is found by the run label")
         ev.measured["deferred"] = True
         if self.runtime is None or self.runtime.container is None:
-            ev.add("no container was started, so no teardown was exercised")
+            ev.measured["started"] = False
             return ev
         names = sorted(x.name for x in engine.run_containers(self.client, self.run_id))
         ev.measured["containers"] = names
@@ -531,52 +575,9 @@ class RuntimeSession:
             "companions": {role: _companion_summary(rt, self.companion_errors.get(role))
                            for role, rt in self.companions.items()},
             "arms": {"mode": "side-by-side" if self.side_by_side else "sequential", "timeline": self.timeline},
+            "relaunched": self.relaunches,
             "launcher_preflight": self.preflight_record,
         }
-
-
-def serving_summary(session: RuntimeSession) -> dict[str, Any]:
-    """The report's serving-runtime record when the serving levels talk to the session's containers.
-
-    The same shape as :meth:`qualify.serving.local_servers.LocalServing.summary`, so the report and
-    the card say what was served whichever kind of server served it.
-    """
-    from qualify.runtime import vllm_cpu_plugin as plugin
-
-    spec = session.profile.local_server
-    cpu = session.profile.image_build == "vllm-cpu"
-    servers: dict[str, Any] = {}
-    containers = {"speculative": session.runtime, **session.companions}
-    for name, rt in containers.items():
-        if rt is None:
-            continue
-        log = read_log(rt.log_path)
-        servers[name] = {"plan": {"endpoint": rt.plan.endpoint, "env": rt.plan.to_dict()["env"]},
-                         "container": rt.plan.name,
-                         "container_id": rt.container.id if rt.container is not None else None,
-                         "image_id": rt.identity.id if rt.identity is not None else None,
-                         "ready_s": rt.readiness.ready_s if rt.readiness is not None else None,
-                         "log": str(rt.log_path),
-                         "plugin_active": plugin.active_in_worker(log) if cpu and log else None,
-                         "error": session.companion_errors.get(name)}
-    source = session.companion_roles.get(comp.SOURCE)
-    served = session.served_by()["checkpoint"]
-    return {
-        "error": None if session.runtime is not None else "the load level's container was never started",
-        "kind": "runtime",
-        "note": (f"the serving levels talked to the load level's container {session.plan.name} (the checkpoint under "
-                 "test mounted as its speculator); the reference (the target alone) and the source draft's server "
-                 "ran in containers of their own from the same image and launch plan"),
-        "method": spec.method if spec is not None else None,
-        "draft_is_checkpoint": True,
-        "exercised": spec.exercised if spec is not None else None,
-        "plugin": {"changes": list(plugin.CHANGES), "vllm_version": plugin.PLUGIN_VLLM_VERSION} if cpu else None,
-        "target": {"path": str(spec.target) if spec is not None else None, "revision": session.plan.target_revision},
-        "draft": {"path": served["mounted_from"], "revision": served["revision"]},
-        "source_draft": ({"path": str(source.path) if source.path is not None else None, "repo": source.repo,
-                          "revision": source.revision} if source is not None else None),
-        "servers": servers,
-    }
 
 
 def _now() -> str:

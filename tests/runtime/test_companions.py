@@ -119,7 +119,8 @@ def test_companions_start_with_the_runtime_and_leave_with_it(docker_client: Any,
                                                              tmp_path: Path) -> None:
     from qualify.checkpoint.checksums import folder_revision
     from qualify.errors import RuntimeNotStarted
-    from qualify.runtime.session import RuntimeSession, serving_summary
+    from qualify.runtime.serving_record import serving_summary
+    from qualify.runtime.session import RuntimeSession
     from tests.docker_support import CANDIDATE, docker_ps, fixture_variant
     from tests.helpers import FIXTURE
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from qualify.checkpoint.pinned import PinnedFolder, copy_evidence
 from qualify.core import Evidence
+from qualify.run.suite_plugin import LevelNotRun
 from qualify.runtime.session import SERVER_LOG, RuntimeSession
 from qualify.serving.engine_config import engine_settings_evidence
 
@@ -62,4 +63,9 @@ def load_evidence(started_runtime: RuntimeSession) -> Evidence:
 
 def teardown(runtime_teardown: Evidence) -> Evidence:
     # The input tears the runtime down (or arms that for the end, when a later level still needs it).
+    if runtime_teardown.measured.get("started") is False:
+        # Nothing was started (no Docker engine, a preflight that refused): nothing to judge, and no failure of the
+        # checkpoint's; whatever kept the container from starting is its own check's error or failure.
+        raise LevelNotRun(f"not run: no container was started, so there was nothing to tear down "
+                          f"({runtime_teardown.summary})")
     return runtime_teardown

@@ -94,3 +94,36 @@ def test_the_draft_loaded_is_held_to_the_pinned_files(tmp_path: Path) -> None:
     (changed / "model.safetensors").write_bytes(b"weightz")
     evidence = session.check_local(changed)
     assert not evidence.ok and "model.safetensors" in evidence.failure_text()
+
+
+@pytest.mark.slow  # the real CLI in a subprocess
+def test_no_docker_engine_is_exit_3_naming_it_and_the_teardown_is_not_run(tmp_path: Path) -> None:
+    """No engine answers: the load level's checks are errors naming it, its teardown is not run (nothing was started
+    to tear down), no check fails, and the run reaches no verdict."""
+    import os
+    import subprocess
+    import sys
+
+    from qualify.core import Status
+    from qualify.report.model import read_json
+    from tests.helpers import FIXTURE, REPO, TRACEBACK
+
+    done = subprocess.run(
+        [sys.executable, "-m", "qualify.cli", "run", "--checkpoint", str(FIXTURE / "mxfp8"), "--source",
+         str(FIXTURE / "source"), "--profile", "fixture", "--levels", "load", "--allow-unpinned",
+         "--report-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output
+    assert "qualify: harness fault: no verdict was reached" in done.stderr
+    assert "verdict: none: a harness fault kept the run from one" in done.stdout
+    assert "verdict: not qualified" not in done.stdout
+    assert f"no Docker engine answers at unix://{tmp_path}/no-engine.sock" in done.stderr
+    assert TRACEBACK not in output
+    (path,) = tmp_path.glob("*/report.json")
+    checks = {c.id: c for lvl in read_json(path).levels for c in lvl.checks}
+    assert [cid for cid, c in checks.items() if c.status is Status.FAILED] == []
+    assert checks["load.image_pinned"].status is Status.ERROR
+    assert checks["load.teardown"].status is Status.NOT_RUN
+    assert "no container was started, so there was nothing to tear down" in checks["load.teardown"].message
