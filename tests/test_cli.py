@@ -165,3 +165,20 @@ def test_conftest_files_around_the_checkpoint_are_never_loaded(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "was loaded" not in proc.stdout + proc.stderr
     assert str(read_json(only_report(tmp_path / "r")).verdict) == "qualified"
+
+
+#: A path no Linux file system takes: one name of 300 characters (NAME_MAX is 255).
+LONG = "/tmp/" + "a" * 300 + "/x"
+
+
+@pytest.mark.parametrize("args", [
+    ("check", LONG),
+    ("check", str(FIXTURE / "mxfp8"), "--source", LONG),
+    ("check", str(FIXTURE / "mxfp8"), "--source", str(FIXTURE / "source"), "--report-dir", LONG),
+])
+def test_a_path_longer_than_the_system_allows_is_a_usage_error(args, tmp_path):
+    proc = run_qualify(*args, *(() if "--report-dir" in args else ("--report-dir", str(tmp_path))))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "longer than the system allows" in proc.stderr and "a" * 300 in proc.stderr
+    assert "internal error" not in proc.stderr and "a harness bug" not in proc.stderr
+    assert TRACEBACK not in proc.stdout + proc.stderr

@@ -8,6 +8,7 @@ it: a failed check, a harness error, Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.metadata
 import os
 import platform
@@ -22,7 +23,7 @@ from qualify.checkpoint.checksums import sha256_files
 from qualify.checkpoint.manifest import MANIFEST_NAME, list_checkpoint_files
 from qualify.checkpoint.pinned import PinnedFolder
 from qualify.core import LEVELS
-from qualify.errors import HarnessError, QualifyError, RunFolderExists
+from qualify.errors import HarnessError, QualifyError, RunFolderExists, UsageError, exhausted
 from qualify.profile import Profile
 from qualify.report.markdown import CHART_KEY, chart_file, chart_files, render_markdown
 from qualify.report.model import Check, LevelResult, Run, write_json
@@ -115,7 +116,11 @@ def make_run_dir(reports_root: Path, run_id: str) -> Path:
     except FileExistsError:
         raise RunFolderExists(f"{path}: run folder already exists; refusing to overwrite another run") from None
     except OSError as exc:
-        raise HarnessError(f"{path}: cannot create the run folder: {exc.strerror or exc}") from None
+        if exc.errno == errno.ENAMETOOLONG:  # the folder the user named, not the machine
+            raise UsageError(f"{path}: the run folder's path is longer than the system allows "
+                             f"({exc.strerror}); name a shorter --report-dir") from None
+        raise exhausted(exc, f"creating the run folder {path}") or HarnessError(
+            f"{path}: cannot create the run folder: {exc.strerror or exc}") from None
     return path
 
 
