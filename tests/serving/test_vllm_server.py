@@ -40,3 +40,39 @@ def test_plan_with_dflash_and_the_cpu_plugin(tmp_path: Path) -> None:
     assert (PLUGIN_DIR / "qualify_vllm_cpu-0.32.0.dist-info" / "entry_points.txt").read_text().count(
         "qualify_vllm_cpu = qualify_vllm_cpu:register") == 1
 
+
+
+def test_a_server_whose_port_was_taken_before_it_bound_ends_naming_the_port(tmp_path: Path) -> None:
+    """The port is held (bound, not listening: the start's check finds it free) and the server's own bind fails
+    for real, as vLLM's does: a harness fault naming the port, never the draft's failure."""
+    import os
+    import socket
+    import stat
+    import sys
+
+    import pytest
+
+    from qualify.errors import ExitCode, PortInUse, exit_code_for
+    from qualify.serving.vllm_server import VLLMServer
+    from qualify.util.ports import free_port, release_port
+
+    # In place of vLLM's interpreter: binds the --port it is given, as the API server does, with its errors.
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"import socket, sys; s = socket.socket(); "
+                      "s.bind(('127.0.0.1', int(sys.argv[sys.argv.index('--port') + 1])))\" \"$@\"\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    port = free_port()
+    try:
+        with socket.socket() as held:
+            held.bind(("127.0.0.1", port))
+            server = VLLMServer(ServerPlan(python=python, model=tmp_path, served_model_name="m", port=port,
+                                           env=dict(os.environ)), tmp_path / "vllm.log", ready_timeout_s=60)
+            server.start()
+            with pytest.raises(PortInUse) as info:
+                server.wait_ready()
+            server.stop()
+    finally:
+        release_port(port)
+    assert f"could not bind 127.0.0.1:{port}" in str(info.value) and info.value.port == port
+    assert exit_code_for(info.value) is ExitCode.HARNESS
+    assert "Address already in use" in (tmp_path / "vllm.log").read_text()
