@@ -93,3 +93,17 @@ def test_report_md_says_it_beside_the_verdict_and_the_terminal_says_it_too() -> 
     enforced = seed_run()
     assert "not enforced" not in render_markdown(enforced)
     assert not any(line.startswith("target:") for line in summary_lines(enforced))
+
+
+def test_the_report_schema_holds_the_snapshot_proof_and_the_hub_endpoint_to_their_shape() -> None:
+    from qualify.errors import UsageError
+    from qualify.schemas import validate
+
+    good = seed_run().to_dict()
+    validate(good, "report")
+    with_token = {**good, "environment": {**good["environment"], "hub_endpoint": "https://user:hf_secret@mirror"}}
+    with pytest.raises(UsageError, match=r"hub_endpoint"):
+        validate(with_token, "report")
+    unproven = {**good["environment"]["target_identity"], "verified": "yes"}
+    with pytest.raises(UsageError, match=r"target_identity"):
+        validate({**good, "environment": {**good["environment"], "target_identity": unproven}}, "report")
