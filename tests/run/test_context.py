@@ -52,8 +52,10 @@ def test_a_run_hands_the_suites_its_context_and_no_option_string(tmp_path: Path,
                       checkpoint=FIXTURE / "mxfp8", source=FIXTURE / "source", trust_local_source=True,
                       endpoint="http://127.0.0.1:9/v1", allow_unpinned=True)
     run, run_dir, _ = run_qualification(opts)
+    # pytest's own options only: where conftests stop, strict markers, plain asserts (no rewritten bytecode).
     suite_options = [a for a in seen["args"] if a.startswith("--") and not a.startswith(("--confcutdir",
-                                                                                         "--strict-markers"))]
+                                                                                         "--strict-markers",
+                                                                                         "--assert=plain"))]
     assert suite_options == []
     ctx: RunContext = seen["plugin"].context
     assert ctx.profile is opts.profile
