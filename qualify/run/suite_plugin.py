@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -134,6 +135,9 @@ class QualifyPlugin:
         # A broken input shared by many checks (a session fixture) is reported once, as a
         # failure of the first check that needed it; the others did not run.
         self._input_failures: list[tuple[BaseException, str]] = []
+        # Each says whether the machine broke a server this run measures (a container killed for memory, or by a
+        # signal the harness did not send): a serving check that fails meanwhile is then no evidence, an error.
+        self.fault_probes: list[Callable[[], HarnessError | None]] = []
 
     # ---- selection: only the levels laid out in the run are collected
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -231,6 +235,10 @@ class QualifyPlugin:
             status, message = Status.FAILED, evidence.summary
         else:
             message = evidence.summary
+        if status is Status.FAILED and LEVELS.index(level) > LEVELS.index("load"):
+            fault = next((f for probe in self.fault_probes if (f := probe()) is not None), None)
+            if fault is not None:
+                status, message = Status.ERROR, f"not judged: {fault} (the check failed while its server was gone)"
         started = self._started.get(item.nodeid, time.perf_counter())
         return Check(
             id=check_id(item, level),

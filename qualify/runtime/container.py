@@ -369,6 +369,20 @@ class RuntimeContainer:
         return ContainerExited(f"the runtime container exited with code {code} {when} ({after})", exit_code=code,
                                log_tail=tail)
 
+    def killed(self) -> ContainerKilled | None:
+        """What ended this container when the machine did (for memory, or a signal the harness did not send);
+        None while it runs, once the harness itself stops it, or when the engine cannot say."""
+        if self.container is None or self.stopping:
+            return None
+        try:
+            state = self.state()
+        except Exception:  # the engine lost it: not evidence of a kill
+            return None
+        if state.get("Status") in ("running", "created", "restarting"):
+            return None
+        exc = self.exit_error(state, "while the run used it")
+        return exc if isinstance(exc, ContainerKilled) else None
+
     def logs_or_empty(self) -> str:
         try:
             return self.logs_text()

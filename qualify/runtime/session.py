@@ -427,6 +427,11 @@ class RuntimeSession:
         self._companion_ready[role] = runtime.plan.endpoint
         return runtime.plan.endpoint
 
+    def killed(self) -> errors.ContainerKilled | None:
+        """The first of the run's containers the machine ended (for memory, or by a signal the harness did not send)."""
+        return next((k for rt in (self.runtime, *self.companions.values()) if rt is not None and (k := rt.killed())),
+                    None)
+
     def served_by(self) -> dict[str, Any]:
         """The running container (name, ID, image ID) and the draft it mounts, for the serving levels' evidence."""
         rt = self.runtime

@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,44 @@ def test_a_check_id_is_its_level_and_its_name_without_test(tmp_path: Path) -> No
     item = Item()
     assert level_of(item) == "format"  # type: ignore[arg-type]
     assert check_id(item, "format") == "format.scales"  # type: ignore[arg-type]
+
+
+FAILING_SUITE = '''
+import pytest
+
+from qualify.core import Evidence
+from qualify.run.suite_plugin import record
+
+
+@pytest.mark.{level}
+def test_{level}_fails(record):
+    ev = Evidence("{level} answered")
+    ev.add("connection failed: the server is down")
+    record(ev)
+'''
+
+
+def run_failing(tmp_path: Path, level: str, fault: Any) -> tuple[Status, str]:
+    """One check of ``level`` that fails, run while the probe says ``fault``: its status and message."""
+    suites = tmp_path / level
+    suites.mkdir()
+    (suites / f"test_{uuid.uuid4().hex[:12]}_{level}.py").write_text(FAILING_SUITE.format(level=level))
+    run = new_run(load_profile("fixture"), None, None, [level])
+    plugin = QualifyPlugin(run, RunContext(load_profile("fixture")))
+    plugin.fault_probes.append(lambda: fault)
+    pytest.main([str(suites), "-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--rootdir={suites}",
+                 "--import-mode=importlib", f"--confcutdir={suites}", "-W", "ignore::pytest.PytestUnknownMarkWarning"],
+                plugins=[plugin])
+    return statuses(run, level)[f"{level}.{level}_fails"]
+
+
+def test_a_serving_check_failing_while_the_machine_killed_its_server_is_an_error(tmp_path: Path) -> None:
+    from qualify.errors import ContainerKilled
+
+    fault = ContainerKilled("the runtime container qualify-x was killed for memory (the engine's State.OOMKilled)")
+    status, message = run_failing(tmp_path, "smoke", fault)
+    assert status is Status.ERROR
+    assert message.startswith("not judged: the runtime container qualify-x was killed for memory")
+    assert run_failing(tmp_path, "acceptance", None) == (Status.FAILED, "acceptance answered")  # no fault: its own
+    # Before the runtime is up, a failure is the checkpoint's whatever the machine does later.
+    assert run_failing(tmp_path, "structure", fault) == (Status.FAILED, "structure answered")

@@ -650,3 +650,17 @@ def test_a_container_the_engine_killed_for_memory_is_a_harness_fault(docker_clie
     assert "killed for memory (the engine's State.OOMKilled, exit code 137)" in str(info.value)
     assert int(errors.exit_code_for(info.value)) == 3
     assert_gone(plan)
+
+
+@pytest.mark.docker
+def test_a_container_killed_while_it_serves_is_found_killed_and_the_harnesss_own_stop_is_not(
+        docker_client: Any, standin: str, tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    with c.launched(docker_client, plan) as rt:
+        rt.wait_ready(READY_GUARD_S)
+        assert rt.killed() is None  # serving
+        subprocess.run(["docker", "kill", plan.name], check=True, capture_output=True)
+        killed = rt.killed()
+        assert isinstance(killed, errors.ContainerKilled) and "ended by SIGKILL (exit code 137)" in str(killed)
+    assert rt.killed() is None  # removed by the harness itself: nothing to blame on the machine
+    assert_gone(plan)
