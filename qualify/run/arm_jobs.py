@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from qualify.errors import ServingError
 from qualify.profile import Profile
 from qualify.run.arms import ArmJob
 from qualify.runtime.companions import CHECKPOINT, CHECKPOINT_PUBLISHED, REFERENCE, REFERENCE_PUBLISHED, SOURCE
@@ -74,8 +75,12 @@ def arm_jobs(profile: Profile, levels: Collection[str]) -> list[ArmJob]:
         def greedy_and_lookups(client: Any, url: str) -> dv.GreedyRun:
             out, failures = serving.greedy_outputs(client, model, prompts, max_tokens=lossless.max_tokens,
                                                    timeout_s=timeout)
+            try:
+                version: dict[str, Any] = serving.fetch_version(url)
+            except ServingError as exc:
+                version = {"error": str(exc)}
             return dv.GreedyRun(out, tuple(failures),
-                                dv.look_up_divergences(client, model, speculative, out, timeout_s=timeout))
+                                dv.look_up_divergences(client, model, speculative, out, timeout_s=timeout), version)
 
         jobs += [ArmJob("losslessness", CHECKPOINT, greedy), ArmJob("losslessness", REFERENCE, greedy_and_lookups)]
     throughput = profile.throughput

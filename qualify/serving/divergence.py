@@ -39,6 +39,9 @@ class GreedyRun:
     outputs: Mapping[str, Completion]
     failures: Sequence[str] = ()
     lookups: Mapping[str, TokenLookup] = field(default_factory=dict)
+    # The server's /version, read while it serves (arms served one after another are stopped before the
+    # level decides); None where not read.
+    version: Mapping[str, Any] | None = None
 
 
 def _token_id(key: str, where: str) -> int:

@@ -33,7 +33,8 @@ def greedy_identical(losslessness_outputs: Mapping[str, ArmResult], prompt_set: 
     ]
     reference_endpoint = str(losslessness_outputs[REFERENCE].endpoint)
     extra = {"prompt_set": prompt_set.identity(), "server": server_info,
-             "reference": {"endpoint": reference_endpoint, "version": _version(reference_endpoint)}}
+             "reference": {"endpoint": reference_endpoint,
+                           "version": dict(ref.version) if ref.version is not None else _version(reference_endpoint)}}
     return losslessness_evidence(pairs, near_tie_tolerance=losslessness_spec.near_tie_tolerance,
                                  near_tie_reason=losslessness_spec.near_tie_reason,
                                  max_tokens=losslessness_spec.max_tokens, lookups=ref.lookups,

@@ -128,7 +128,10 @@ def _live(profile: Profile, prompts: ps.PromptSet, logprobs: dict[int, float]) -
     one puts SPEC_TOKEN at output token AT, the reference answers each lookup with ``logprobs``."""
     assert profile.losslessness is not None and profile.served_model_name == MODEL
     with fault_server(diverge=(AT, SPEC_TOKEN)) as spec, fault_server(lookup_logprobs=logprobs) as ref:
-        arms = Arms(GivenArms({"checkpoint": lambda: spec.endpoint, "reference": lambda: ref.endpoint}),
+        # Each arm is stopped once its jobs are done, as arms served one after another are.
+        servers = {"checkpoint": spec, "reference": ref}
+        arms = Arms(GivenArms({arm: (lambda s=s: s.endpoint) for arm, s in servers.items()},
+                              stop=lambda arm: servers[arm].stop()),
                     arm_jobs(profile, {"losslessness"}), lambda url: serving.make_client(url, timeout_s=10))
         evidence = greedy_identical(arms.results("losslessness"), prompts, profile.losslessness,
                                     {"endpoint": spec.endpoint})
@@ -147,6 +150,8 @@ def test_a_near_tie_divergence_passes_and_is_listed_with_both_values(profile: Pr
         "speculative_token": SPEC_TOKEN, "speculative_logprob": -0.7001, "reference_token": REF_TOKEN,
         "reference_logprob": -0.6931}
     assert f"{n} divergence(s) a near-tie in the target alone (within 0.25 nats)" in evidence.summary
+    # the reference's /version was read while it served, not after it was stopped
+    assert evidence.measured["reference"]["version"] == {"version": "0.32.0-fault-server"}
     # each lookup sends the prompt and the common prefix as token ids, asking for both tokens by id
     assert len(lookups) == n
     assert lookups[0]["prompt"] == [*range(1, PROMPT_TOKENS + 1), *range(100, 100 + AT)]
