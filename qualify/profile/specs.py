@@ -46,7 +46,7 @@ class AcceptanceSpec:
     bootstrap_seed: int
     request_timeout_s: float
     prompts_sha256: str | None = None  # the prompt file's digest the profile states; its bytes must have it
-    # A good draft's acceptance rate and per-prompt spread the floors are designed around, and where measured.
+    # A good draft's per-prompt acceptance rates (mean, spread) the floors are designed around, and where measured.
     pilot_rate: float | None = None
     pilot_spread: float | None = None
     pilot_source: str | None = None

@@ -360,7 +360,7 @@ class AcceptanceCharacteristic:
     """The acceptance gate's error rates for a draft like the pilot, and for one that lost twice the margin."""
 
     design: AcceptanceDesign
-    pilot_rate: float
+    pilot_rate: float  # the mean of the per-prompt rates (the gate's ratio of sums weighs slower prompts more)
     spread: float  # the standard deviation of the per-prompt acceptance rate (absolute)
     trials: int
     seed: int

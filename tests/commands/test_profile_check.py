@@ -21,7 +21,7 @@ def test_the_rates_are_printed_and_too_few_trials_show_no_target(capsys: pytest.
     out = capsys.readouterr().out
     assert f"profile: {REHEARSAL_PROFILE}" in out and "spread source: make qualify's run" in out
     assert "per-prompt spread 3.60%; 3 simulated runs per scenario" in out
-    assert "concurrency 1, category 'mt-bench/math':" in out and "concurrency 4, overall:" in out
+    assert "concurrency 1, category 'math':" in out and "concurrency 4, overall:" in out
     assert "no loss: paired level right" in out and "NOT MET" in out
     assert "a draft at the pilot rate: probability the criterion fails" in out  # the floors, at [acceptance]'s pilot
 

@@ -19,12 +19,10 @@ from qualify.serving.operating import PairedDesign, Scenario, simulate_samples
 
 def test_the_design_is_read_from_the_profiles_prompt_sets() -> None:
     design = profile_design(load_profile(REHEARSAL_PROFILE))
-    assert len(design.prompt_categories) == 120
-    assert set(design.categories.values()) == {10} and len(design.categories) == 12
-    assert "mt-bench/math" in design.categories and "paired-v1/math" in design.categories
+    assert design.categories == {"coding": 10, "math": 10, "reasoning": 10, "writing": 10}  # one set: bare names
     assert (design.concurrency, design.margin, design.category_margin) == ((1, 4), 0.02, 0.07)
-    release = profile_design(load_profile(RELEASE_PROFILE))
-    assert release.categories["humaneval/code"] == 164 and release.smallest_category.startswith("mt-bench/")
+    release = profile_design(load_profile(RELEASE_PROFILE))  # two sets: set/category, as the level labels them
+    assert release.categories["humaneval/code"] == 164 and release.smallest_category == "mt-bench/coding"
     assert (release.concurrency, release.boot.resamples) == ((1, 16), 2000)
 
 
@@ -62,11 +60,21 @@ def test_the_report_prices_the_spread_the_run_measured() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [RELEASE_PROFILE, REHEARSAL_PROFILE])
-def test_the_release_profile_and_its_rehearsal_meet_the_targets_at_their_pilot_spread(name: str) -> None:
-    check = profile_check(load_profile(name))
+def test_the_release_profile_meets_the_targets_at_its_pilot_spread() -> None:
+    check = profile_check(load_profile(RELEASE_PROFILE))
     assert check.oc is not None, check.missing
     assert check.oc.met, "\n".join(render(check.oc))
+
+
+@pytest.mark.slow
+def test_the_rehearsal_decides_by_the_release_rule_and_its_smaller_design_shows_what_it_costs() -> None:
+    # 40 prompts of 64 tokens at 3.6% cannot show 2% overall to 99% (docs/operating-characteristic.md): the rates
+    # say so instead of a wider margin hiding it; a wider margin or more prompts would move them.
+    check = profile_check(load_profile(REHEARSAL_PROFILE), trials=150)
+    assert check.oc is not None, check.missing
+    no_loss, twice, category = check.oc.targets
+    assert 0.75 < 1 - no_loss.rate.probability < 0.95 and not no_loss.met
+    assert twice.rate.wrong == 0 and category.met
 
 
 def test_the_floors_are_priced_only_where_the_profile_states_a_pilot() -> None:
