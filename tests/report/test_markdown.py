@@ -120,3 +120,20 @@ def test_a_run_that_built_its_image_names_the_image_id_it_ran() -> None:
             "repository's runtimes/vllm-cpu)") in validation_status(run).splitlines()
     run.environment["runtime_image_build"] = {"error": "no Docker engine answers"}  # a failed build pins nothing
     assert "- Runtime: qualify-vllm-cpu:latest" in validation_status(run).splitlines()
+
+
+def test_the_paired_error_rates_at_the_measured_spread_are_printed() -> None:
+    from qualify.report.markdown import operating_lines
+
+    oc = {"computed": True, "spread": 0.0594, "pilot_spread": 0.036, "trials": 400,
+          "targets": [{"scenario": "no loss", "wanted": 0.99, "met": False, "right": 0.5275, "right_95_bound": 0.4864},
+                      {"scenario": "category loss", "wanted": 0.9, "met": True, "right": 0.9775,
+                       "right_95_bound": 0.9617}]}
+    lines = operating_lines(oc)
+    assert lines[0].startswith("- Error rates by design at the per-prompt spread this run measured (5.94%; the "
+                               "profile's pilot 3.60%), 400 simulated runs each")
+    assert lines[1] == "  - no loss: the level right 52.75% (95% bound 48.64%), wanted >= 99%: **not met**"
+    assert lines[2].endswith("wanted >= 90%: met")
+    assert operating_lines({"computed": False, "why": "fewer than two prompts"}) == [
+        "- Error rates by design: not computed (fewer than two prompts)"]
+    assert operating_lines(None) == []
