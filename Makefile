@@ -41,7 +41,7 @@ ATTESTATION ?=
 REVISION ?=
 REQUIRE ?=
 # The mutants `make mutation` runs (see there).
-MUTANTS ?= qualify.release.gate.* qualify.release.origin.* qualify.commands.gate.*
+MUTANTS ?= qualify.release.gate.* qualify.release.hub_trust.* qualify.release.origin.* qualify.commands.gate.*
 INPUTS := PROFILE REPORTS LEVELS DRAFT_REVISION QUALIFY_ARGS SIGN_KEY VERIFY_KEY ATTESTATION REVISION REQUIRE MUTANTS
 # Literal before the conditionals below compare PROFILE: ifeq expands what it compares.
 $(call literal,$(INPUTS))

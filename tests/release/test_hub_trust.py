@@ -43,6 +43,12 @@ def test_only_an_endpoint_the_policy_names_proves_anything():
     assert hub_refusals(proofs, (PUBLIC,)) == [f"the draft was verified by the hub at {LOCAL_HUB}, {TAIL}",
                                                f"the target was verified by a hub the run did not name, {TAIL}"]
     assert hub_refusals(proofs[:2], (PUBLIC, LOCAL_HUB)) == []
+    # An endpoint recorded empty or as no string names no hub; every hub the policy names is listed.
+    for junk in ("", 3):
+        (reason,) = hub_refusals([("the draft", junk)], (PUBLIC,))
+        assert reason.startswith("the draft was verified by a hub the run did not name, which")
+    (reason,) = hub_refusals([("the draft", LOCAL_HUB)], (PUBLIC, "https://hub.example.org"))
+    assert f"which the release policy does not name ({PUBLIC}, https://hub.example.org):" in reason
 
 
 def test_a_report_whose_revisions_a_local_hub_verified_is_refused_naming_the_endpoint():
