@@ -86,6 +86,13 @@ def test_a_weight_file_with_other_bytes_is_named(tmp_path: Path, hub: StandinHub
     assert any(f.startswith("model-00002-of-00002.safetensors: sha256 is") for f in proof.findings), proof.findings
 
 
+def test_a_config_of_the_same_size_is_compared_by_its_git_blob_id(tmp_path: Path, hub: StandinHub) -> None:
+    other = {**TARGET, "config.json": TARGET["config.json"].replace(b"Glm4", b"Glm5")}
+    proof = prove_target(snapshot(tmp_path, other), repo=REPO, revision=REVISION, pins={}, endpoint=hub.url)
+    assert not proof.verified
+    assert [f for f in proof.findings if f.startswith("config.json: git blob sha1 is")], proof.findings
+
+
 def test_a_revision_the_hub_does_not_have_refutes_it(tmp_path: Path, hub: StandinHub) -> None:
     gone = "9" * 40
     proof = prove_target(snapshot(tmp_path, TARGET, gone), repo=REPO, revision=gone, pins={}, endpoint=hub.url)
