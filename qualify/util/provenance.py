@@ -107,11 +107,18 @@ def loaded_files(root: Path = CHECKOUT, modules: Iterable[ModuleType] | None = N
     """path relative to ``root`` -> module, for every loaded module whose file lies in ``root`` (outside the
     environment's own folders): the code the process really ran, whatever folder it came from."""
     root = Path(root).resolve()
-    skip = [p for p in _environment_roots() if p.is_relative_to(root) and p != root]
+    environment = [p for p in _environment_roots() if p != root]
+    skip = [p for p in environment if p.is_relative_to(root)]
+    # The environment's thousands of modules (torch alone has over a thousand) are passed over by their path's
+    # spelling before any file system call: the environment is the dependencies, never the commit's code.
+    environment_prefixes = tuple(f"{p}{os.sep}" for p in environment) + tuple(
+        f"{p}{os.sep}" for p in {sys.prefix, sys.exec_prefix} if Path(p).resolve() != root)
     out: dict[str, ModuleType] = {}
     for module in list(sys.modules.values() if modules is None else modules):
         where = module_file(module)
-        if where is None or not where.is_absolute() or not where.is_file():
+        if where is None or not where.is_absolute() or str(where).startswith(environment_prefixes):
+            continue
+        if not where.is_file():
             continue  # a namespace object that names a file of no import (torch.ops says "_ops.py")
         try:
             path = where.resolve()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 MASK = "***REDACTED***"
 
@@ -60,18 +60,28 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
-    """``text`` with every known secret value and every credential-shaped string masked."""
-    if not text:
-        return text
+def _masker(extra_secrets: Iterable[str] = ()) -> Callable[[str], str]:
+    # The environment's secrets are read once per masker: a report of tens of thousands of strings would
+    # otherwise scan every variable of the process once per string.
     secrets = sorted({s for s in (*secret_values(), *extra_secrets) if s and len(s) >= _MIN_SECRET_LEN},
                      key=len, reverse=True)
-    for secret in secrets:
-        text = text.replace(secret, MASK)
-    text = _HF_TOKEN.sub(MASK, text)
-    text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
-    text = _URL_QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
-    return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+
+    def mask(text: str) -> str:
+        if not text:
+            return text
+        for secret in secrets:
+            text = text.replace(secret, MASK)
+        text = _HF_TOKEN.sub(MASK, text)
+        text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+        text = _URL_QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
+        return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+
+    return mask
+
+
+def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
+    """``text`` with every known secret value and every credential-shaped string masked."""
+    return _masker(extra_secrets)(text) if text else text
 
 
 def url_credentials(url: str) -> list[str]:
@@ -94,13 +104,18 @@ def url_credentials(url: str) -> list[str]:
 
 def redact_data(value: object) -> object:
     """A copy of a JSON-like value with every string redacted (keys too): what a report may store."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redact(k) if isinstance(k, str) else k: redact_data(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_data(v) for v in value]
-    return value
+    mask = _masker()
+
+    def walk(item: object) -> object:
+        if isinstance(item, str):
+            return mask(item)
+        if isinstance(item, dict):
+            return {mask(k) if isinstance(k, str) else k: walk(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [walk(v) for v in item]
+        return item
+
+    return walk(value)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
