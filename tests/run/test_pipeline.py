@@ -86,6 +86,7 @@ def _target_snapshot(root: Path, files: dict[str, bytes]) -> Path:
     return snap
 
 
+@pytest.mark.slow
 def test_a_target_snapshot_is_hashed_once_proven_or_only_claimed_and_the_report_says_how_long(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub to ask, no digests pinned: its folder name is all it has

@@ -188,6 +188,7 @@ def run_failing(tmp_path: Path, level: str, fault: Any) -> tuple[Status, str]:
     return statuses(run, level)[f"{level}.{level}_fails"]
 
 
+@pytest.mark.slow
 def test_a_serving_check_failing_while_the_machine_killed_its_server_is_an_error(tmp_path: Path) -> None:
     from qualify.errors import ContainerKilled
 

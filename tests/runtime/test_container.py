@@ -578,6 +578,7 @@ def _blocked_port() -> tuple[socket.socket, int]:
     return s, s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_runtime_whose_port_is_taken_before_it_binds_is_relaunched_on_another(
         docker_client: Any, standin: str, tmp_path: Path) -> None:
@@ -599,6 +600,7 @@ def test_a_runtime_whose_port_is_taken_before_it_binds_is_relaunched_on_another(
     assert_gone(plan)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_port_taken_again_after_the_relaunch_is_a_harness_fault_naming_both(
         docker_client: Any, standin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -618,6 +620,7 @@ def test_a_port_taken_again_after_the_relaunch_is_a_harness_fault_naming_both(
     assert_gone(plan)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_container_killed_from_outside_while_loading_is_a_harness_fault(docker_client: Any, standin: str,
                                                                           tmp_path: Path) -> None:
@@ -632,6 +635,7 @@ def test_a_container_killed_from_outside_while_loading_is_a_harness_fault(docker
     assert_gone(plan)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_container_the_engine_killed_for_memory_is_a_harness_fault(docker_client: Any, standin: str,
                                                                      tmp_path: Path) -> None:
@@ -652,6 +656,7 @@ def test_a_container_the_engine_killed_for_memory_is_a_harness_fault(docker_clie
     assert_gone(plan)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_container_killed_while_it_serves_is_found_killed_and_the_harnesss_own_stop_is_not(
         docker_client: Any, standin: str, tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ def _blocked_ports(n: int) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_the_load_levels_runtime_whose_port_is_taken_is_relaunched_and_serves(
         docker_client: Any, standin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -101,6 +101,7 @@ STATEMENTS = sorted({x for s in ec.ENGINE_SETTINGS for x in s.statements} | {ec.
                     key=lambda x: (x.file, x.format))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("statement", STATEMENTS, ids=lambda x: f"{x.file}:{x.format[:40]}")
 def test_every_setting_names_a_statement_the_pinned_vllm_has(statement: ec.Statement) -> None:
     root = REPO if statement.project else VLLM_SITE

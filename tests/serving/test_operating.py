@@ -79,6 +79,7 @@ def test_every_criterion_is_judged_by_the_level_decision() -> None:
     assert not failed["concurrency 1, category 'a'"]
 
 
+@pytest.mark.slow
 def test_a_design_that_meets_the_targets() -> None:
     # 30 prompts at a 1% spread resolve 2% overall and 7% in a category of 10.
     oc = operating_characteristic(_design(), 0.01, trials=120)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from qualify.profile import load_profile
 from qualify.serving.vllm_server import ServerPlan, plan_for_profile
 
@@ -42,6 +44,7 @@ def test_plan_with_dflash_and_the_cpu_plugin(tmp_path: Path) -> None:
 
 
 
+@pytest.mark.slow
 def test_a_server_whose_port_was_taken_before_it_bound_ends_naming_the_port(tmp_path: Path) -> None:
     """The port is held (bound, not listening: the start's check finds it free) and the server's own bind fails
     for real, as vLLM's does: a harness fault naming the port, never the draft's failure."""
