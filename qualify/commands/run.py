@@ -138,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
     run_, run_dir, code = run_qualification(opts)
     outcome = ExitCode.HARNESS if code in (3, 4) else run_outcome(run_)  # pytest broke: the harness, not the checkpoint
     lines = summary_lines(run_)
-    if outcome is ExitCode.HARNESS and lines and lines[-1].startswith("verdict: "):
-        # The report records such a run as not qualified (nothing may ship on it); read here, it is no verdict.
+    if outcome is ExitCode.HARNESS and lines and lines[-1].startswith("verdict: not"):
+        # pytest itself broke (no fault the report holds): read here, that is no verdict either.
         lines[-1] = "verdict: none: a harness fault kept the run from one (the cause below; exit 3)"
     print()
     for line in lines:

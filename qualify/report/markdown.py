@@ -286,7 +286,9 @@ def render_markdown(run: Run) -> str:
     out = [
         f"# Qualification report {markdown_code(run.run_id)}",
         "",
-        f"**Verdict: {run.verdict}**",
+        f"**Verdict: {run.verdict}**" if run.reached_verdict else
+        f"**Verdict: none**: a harness fault kept the run from one (report.json records \"{run.verdict}\", so "
+        "nothing ships on it); the cause is under the checks that ended in an error",
         "",
     ]
     target_note = target_revision_note(run.environment, ran_runtime_levels(run))
@@ -386,5 +388,6 @@ def summary_lines(run: Run, *, findings_per_check: int = 5) -> list[str]:
     if target_revision_note(run.environment, ran_runtime_levels(run)):
         reason = target_revision_record(run.environment)["reason"]
         lines.append(f"target: target revision not enforced ({reason})")
-    lines.append(f"verdict: {run.verdict}")
+    lines.append(f"verdict: {run.verdict}" if run.reached_verdict else
+                 "verdict: none: a harness fault kept the run from one (the cause below; exit 3)")
     return escape_lines([redact(line) for line in lines])

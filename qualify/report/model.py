@@ -23,6 +23,9 @@ from qualify.util.atomic import atomic_write_text
 from qualify.util.jsonio import load_json_file
 from qualify.util.redact import redact_data
 
+#: Where a run records its pinned copy of the checkpoint (qualify.run.pinning), "voided" among it.
+PINNED_KEY = "pinned"
+
 REPORT_FORMAT_VERSION = 1
 
 def parse_levels(text: str | None, default: tuple[str, ...] | list[str]) -> list[str]:
@@ -139,6 +142,23 @@ class Run:
     def qualified_levels(self) -> list[str]:
         # A level recorded as measured only (not required) never counts as qualified.
         return [lvl.name for lvl in self.levels if lvl.required and lvl.status is Status.PASSED]
+
+    def harness_faults(self) -> list[str]:
+        """What kept the run from a verdict: checks that ended in an error, and the run's harness errors (a run
+        its checkpoint's own change voided is the checkpoint's doing, not the harness's)."""
+        voided = (self.checkpoint.get(PINNED_KEY) or {}).get("voided")
+        faults = [f"{c.id}: {c.message}" for lvl in self.levels for c in lvl.checks if c.status is Status.ERROR]
+        return faults + [e for e in self.errors if e != voided]
+
+    @property
+    def reached_verdict(self) -> bool:
+        """False where the harness or the machine kept the run from one: not qualified, yet no check failed and
+        a fault is recorded. ``verdict`` still says "not qualified" (nothing may ship on such a run); what a
+        person reads says there was no verdict, and ``qualify run`` ends with the harness's exit code."""
+        if self.verdict is Verdict.QUALIFIED:
+            return True
+        failed = any(c.status is Status.FAILED for lvl in self.levels for c in lvl.checks)
+        return failed or not self.harness_faults()
 
     @property
     def verdict(self) -> Verdict:

@@ -11,23 +11,18 @@ qualified: that is the checkpoint's doing.
 
 from __future__ import annotations
 
-from qualify.core import Status, Verdict
+from qualify.core import Verdict
 from qualify.errors import ExitCode
 from qualify.report.model import Run
-from qualify.run.pinning import PINNED_KEY
 
 
 def harness_faults(run: Run) -> list[str]:
-    """What kept the run from a verdict: checks that ended in an error, and the run's harness errors."""
-    voided = (run.checkpoint.get(PINNED_KEY) or {}).get("voided")
-    faults = [f"{c.id}: {c.message}" for lvl in run.levels for c in lvl.checks if c.status is Status.ERROR]
-    return faults + [e for e in run.errors if e != voided]
+    """What kept the run from a verdict (:meth:`Run.harness_faults`)."""
+    return run.harness_faults()
 
 
 def run_outcome(run: Run) -> ExitCode:
     """The exit code ``qualify run`` ends with."""
     if run.verdict is Verdict.QUALIFIED:
         return ExitCode.QUALIFIED
-    if any(c.status is Status.FAILED for lvl in run.levels for c in lvl.checks):
-        return ExitCode.NOT_QUALIFIED
-    return ExitCode.HARNESS if harness_faults(run) else ExitCode.NOT_QUALIFIED
+    return ExitCode.NOT_QUALIFIED if run.reached_verdict else ExitCode.HARNESS

@@ -23,10 +23,8 @@ from typing import Any
 
 from qualify.checkpoint.pinned import PinnedFolder, pin_folder, verify_pinned
 from qualify.errors import ResourceExhausted, exhausted
-from qualify.report.model import Run
+from qualify.report.model import PINNED_KEY, Run
 
-#: The report's ``checkpoint`` key that describes the pin.
-PINNED_KEY = "pinned"
 #: How the bytes were pinned, as the report says it.
 METHOD = ("copied once into a private read-only folder at the start of the run and hashed as written; the checks "
           "read that copy and the runtime mounts it")

@@ -41,3 +41,23 @@ def test_a_run_the_checkpoints_own_change_voided_is_not_qualified_not_a_fault() 
     assert run_outcome(run) is ExitCode.NOT_QUALIFIED
     run.errors.append("teardown left containers behind")
     assert run_outcome(run) is ExitCode.HARNESS
+
+
+@pytest.mark.parametrize(("statuses", "errors", "shown"), [
+    ((Status.PASSED, Status.ERROR), (), "none"),
+    ((Status.PASSED,), ("the runtime image could not be built",), "none"),
+    ((Status.FAILED, Status.ERROR), (), "not qualified"),
+    ((Status.PASSED, Status.SKIPPED), (), "not qualified"),
+    ((Status.PASSED,), (), "qualified"),
+])
+def test_what_a_person_reads_matches_the_exit_code(statuses: tuple[Status, ...], errors: tuple[str, ...],
+                                                    shown: str) -> None:
+    """report.md and the terminal say "none" exactly where the run ends with exit 3: a harness fault is never
+    read as the checkpoint's "not qualified"; report.json keeps "not qualified", which nothing ships on."""
+    from qualify.report.markdown import render_markdown, summary_lines
+
+    run = _run(*statuses, errors=errors)
+    assert (run_outcome(run) is ExitCode.HARNESS) == (shown == "none")
+    assert run.to_dict()["verdict"] == ("qualified" if shown == "qualified" else "not qualified")
+    assert summary_lines(run)[-1].startswith(f"verdict: {shown}")
+    assert f"**Verdict: {shown}**" in render_markdown(run)
