@@ -137,7 +137,7 @@ reliability: $(STAMP)
 	"$$VENV/bin/python" -m fixtures.run_corpus $$(mktemp -d) --summary
 
 # Mutation testing ([tool.mutmut] in pyproject.toml): the release gate's mutants by default (qualify/release/gate.py,
-# qualify/release/origin.py and qualify/commands/gate.py, about 11 minutes on 2 cores); MUTANTS= (empty) runs every
+# qualify/release/origin.py and qualify/commands/gate.py, about 24 minutes on 2 cores); MUTANTS= (empty) runs every
 # module there, the verdict logic too (30 to 60 minutes). The progress log goes to a temporary file, then
 # killed/survived counts per module and function are printed. One torch thread: mutmut forks a worker per mutant,
 # and torch's thread pool does not survive a fork. MUTANTS' default is set above, with the other inputs.
