@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from qualify.profile import load_profile
     from qualify.report.markdown import summary_lines
     from qualify.report.model import parse_levels
-    from qualify.run.outcome import harness_faults, run_outcome
+    from qualify.run.outcome import run_outcome
     from qualify.run.pipeline import CHECKPOINT_LEVELS, RunOptions, deliver_junit, run_qualification
     from qualify.util.escape import escape_terminal
     from qualify.util.redact import redact
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"        {run_dir / MODEL_SIGNATURE_NAME} (OpenSSF model-signing)")
     if outcome is ExitCode.HARNESS:
         # The cause in one line where the summary's verdict line cannot say it: no verdict was reached.
-        faults = harness_faults(run_) or ["the qualification suites stopped (see the report)"]
+        faults = run_.harness_faults() or ["the qualification suites stopped (see the report)"]
         shown = "; ".join(faults[:3]) + (f"; and {len(faults) - 3} more" if len(faults) > 3 else "")
         print(f"qualify: harness fault: no verdict was reached (a check could not run, or the run recorded a "
               f"harness error): {escape_terminal(redact(shown))}", file=sys.stderr)

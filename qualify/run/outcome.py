@@ -16,11 +16,6 @@ from qualify.errors import ExitCode
 from qualify.report.model import Run
 
 
-def harness_faults(run: Run) -> list[str]:
-    """What kept the run from a verdict (:meth:`Run.harness_faults`)."""
-    return run.harness_faults()
-
-
 def run_outcome(run: Run) -> ExitCode:
     """The exit code ``qualify run`` ends with."""
     if run.verdict is Verdict.QUALIFIED:

@@ -8,7 +8,7 @@ from qualify.core import Evidence, Status
 from qualify.errors import ExitCode
 from qualify.profile import load_profile
 from qualify.report.model import Check
-from qualify.run.outcome import harness_faults, run_outcome
+from qualify.run.outcome import run_outcome
 from qualify.run.runner import new_run
 
 
@@ -37,7 +37,7 @@ def test_a_run_the_checkpoints_own_change_voided_is_not_qualified_not_a_fault() 
     message = "the checkpoint changed during the run, so the run vouches for none of its bytes and is not signed: x"
     run = _run(Status.PASSED, errors=(message,))
     run.checkpoint["pinned"] = {"voided": message, "changed": ["x"]}
-    assert harness_faults(run) == []
+    assert run.harness_faults() == []
     assert run_outcome(run) is ExitCode.NOT_QUALIFIED
     run.errors.append("teardown left containers behind")
     assert run_outcome(run) is ExitCode.HARNESS
